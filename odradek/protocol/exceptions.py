@@ -1,0 +1,54 @@
+"""The codec's own exceptions.
+
+Everything the protocol package raises on bad input is a ProtocolError, never a bare
+IndexError or struct.error, so the server can turn it into a Kafka error code (or close
+the connection) without guessing. Each class names the Kafka error code it maps to.
+"""
+
+from __future__ import annotations
+
+
+class ProtocolError(Exception):
+    """Base of all codec errors. `error_code` is the Kafka error code it maps to."""
+
+    error_code: int = -1  # UNKNOWN_SERVER_ERROR
+
+
+class DecodeError(ProtocolError):
+    """Bytes that do not decode as the message and version they claim to be."""
+
+    error_code = 2  # CORRUPT_MESSAGE
+
+
+class EncodeError(ProtocolError):
+    """A value that cannot be written in the requested version (wrong type, out of range)."""
+
+
+class UnsupportedVersionError(ProtocolError):
+    """A version outside the range the message (or the API) defines."""
+
+    error_code = 35  # UNSUPPORTED_VERSION
+
+
+class FrameTooLargeError(ProtocolError):
+    """A size prefix beyond socket.request.max.bytes, refused before any allocation."""
+
+    error_code = 2  # CORRUPT_MESSAGE; Kafka closes the connection (InvalidReceiveException)
+
+
+class CorruptRecordError(ProtocolError):
+    """A record batch whose CRC, size or header fields are inconsistent."""
+
+    error_code = 2  # CORRUPT_MESSAGE
+
+
+class InvalidRecordError(ProtocolError):
+    """A well-formed batch that Kafka refuses, such as a legacy (magic 0/1) message set."""
+
+    error_code = 87  # INVALID_RECORD
+
+
+class UnsupportedCompressionError(ProtocolError):
+    """A compression codec id that Kafka does not define."""
+
+    error_code = 76  # UNSUPPORTED_COMPRESSION_TYPE

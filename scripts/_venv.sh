@@ -1,0 +1,17 @@
+# Sourced by scripts/start and scripts/test: makes .venv with a Python 3.11+ and sets $VENV.
+# On a fresh Debian machine, python3 lacks venv support until python3-venv is installed.
+set -euo pipefail
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "Odradek needs Python 3.11 or newer as \$PYTHON (found: $("$PYTHON" --version 2>&1))" >&2
+  exit 1
+fi
+VENV=${VENV:-.venv}
+if [ ! -x "$VENV/bin/python" ]; then
+  if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
+    echo "installing python3-venv (Debian)" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+  fi
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+fi
