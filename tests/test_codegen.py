@@ -23,7 +23,8 @@ def test_every_spec_has_a_module() -> None:
 
 @pytest.mark.parametrize(
     ("text", "inside", "outside"),
-    [("3+", [3, 4, 32767], [2]), ("0-6", [0, 6], [7, -1]), ("none", [], [0, 1]), ("4", [4], [3, 5])],
+    [("3+", [3, 4, 32767], [2]), ("0-6", [0, 6], [7, -1]), ("none", [], [0, 1]),
+     ("4", [4], [3, 5])],
 )
 def test_versions(text: str, inside: list[int], outside: list[int]) -> None:
     versions = Versions.parse(text)
