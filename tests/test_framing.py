@@ -78,3 +78,13 @@ def test_cli(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str])
 def test_cli_reports_undecodable_frames(capsys: pytest.CaptureFixture[str]) -> None:
     assert odradek(["decode", "0012000300"]) == 1
     assert "cannot decode" in capsys.readouterr().err
+
+
+def test_a_field_the_version_lacks_must_keep_its_default_unless_ignorable() -> None:
+    from odradek.protocol.exceptions import EncodeError
+    from odradek.protocol.messages.fetch_request import FetchRequest, ForgottenTopic
+
+    with pytest.raises(EncodeError, match="forgotten_topics_data exists only in versions 7"):
+        FetchRequest(forgotten_topics_data=[ForgottenTopic(topic="t")]).encode(6)
+    # max_bytes (3+) is ignorable: an older version drops it, as Kafka does.
+    assert FetchRequest(max_bytes=5).encode(2) == FetchRequest().encode(2)

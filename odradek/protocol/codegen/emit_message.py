@@ -76,6 +76,7 @@ class MessageEmitter:
         self.uses_uuid = False
         self.uses_field = False
         self.uses_pack = False
+        self.uses_encode_error = False
         # (struct name, version) -> layout signature, and signature -> layout
         self._signatures: dict[tuple[str, int], tuple] = {}
         self._layouts: dict[tuple[str, tuple], _Layout] = {}
@@ -146,6 +147,8 @@ class MessageEmitter:
         if self.uses_uuid:
             lines.append("from uuid import UUID")
         lines.append("")
+        if self.uses_encode_error:
+            lines.append("from odradek.protocol.exceptions import EncodeError")
         lines.append("from odradek.protocol.message import Message")
         # isort's order: CONSTANTS, then Classes, then functions.
         names = sorted(
@@ -265,6 +268,8 @@ class MessageEmitter:
         tagged_fields: list[FieldSpec] = []
         for f in struct.fields:
             if not f.present(v):
+                if not f.ignorable:
+                    body += self._refuse_absent(f)
                 continue
             if f.tagged(v):
                 tagged_fields.append(f)
@@ -279,6 +284,14 @@ class MessageEmitter:
             body += self._encode_tagged(tagged_fields, v)
         lines += [f"    {line}" for line in body] or ["    pass"]
         return lines
+
+    def _refuse_absent(self, f: FieldSpec) -> list[str]:
+        """As Kafka: a non-ignorable field the version lacks must keep its default, or the
+        message would silently lose meaning on the wire."""
+        self.uses_encode_error = True
+        message = f"{f.py_name} exists only in versions {f.versions} and is not ignorable"
+        return [f"if {self._differs_from_default(f, f'self.{f.py_name}')}:",
+                f'    raise EncodeError("{message}")']
 
     def _encode_value(self, f: FieldSpec, v: int, value: str, out: str) -> list[str]:
         """Lines that append `value` (an expression) of field `f` in version `v` to `out`."""
@@ -364,6 +377,8 @@ class MessageEmitter:
             return f"{value} is not None"
         if default in ("field(default_factory=list)", '""', 'b""', "False"):
             return value
+        if default == "True":
+            return f"not {value}"
         if default.startswith("field(default_factory="):
             return f"{value} != {f.element_type}()"
         return f"{value} != {default}"

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -139,6 +140,8 @@ def _decode_add_partitions_to_txn_transaction_v4_5(buf: Buffer, pos: int) -> tup
 
 
 def _encode_add_partitions_to_txn_request_v0_2(self: AddPartitionsToTxnRequest, out: bytearray) -> None:
+    if self.transactions:
+        raise EncodeError("transactions exists only in versions 4+ and is not ignorable")
     write_string(out, self.v3_and_below_transactional_id)
     out += _I64_I16.pack(self.v3_and_below_producer_id, self.v3_and_below_producer_epoch)
     out += INT32.pack(len(self.v3_and_below_topics))
@@ -159,6 +162,8 @@ def _decode_add_partitions_to_txn_request_v0_2(buf: Buffer, pos: int) -> tuple[A
 
 
 def _encode_add_partitions_to_txn_request_v3(self: AddPartitionsToTxnRequest, out: bytearray) -> None:
+    if self.transactions:
+        raise EncodeError("transactions exists only in versions 4+ and is not ignorable")
     write_compact_string(out, self.v3_and_below_transactional_id)
     out += _I64_I16.pack(self.v3_and_below_producer_id, self.v3_and_below_producer_epoch)
     write_uvarint(out, len(self.v3_and_below_topics) + 1)
@@ -187,6 +192,14 @@ def _encode_add_partitions_to_txn_request_v4_5(self: AddPartitionsToTxnRequest, 
     write_uvarint(out, len(self.transactions) + 1)
     for item in self.transactions:
         _encode_add_partitions_to_txn_transaction_v4_5(item, out)
+    if self.v3_and_below_transactional_id:
+        raise EncodeError("v3_and_below_transactional_id exists only in versions 0-3 and is not ignorable")
+    if self.v3_and_below_producer_id != 0:
+        raise EncodeError("v3_and_below_producer_id exists only in versions 0-3 and is not ignorable")
+    if self.v3_and_below_producer_epoch != 0:
+        raise EncodeError("v3_and_below_producer_epoch exists only in versions 0-3 and is not ignorable")
+    if self.v3_and_below_topics:
+        raise EncodeError("v3_and_below_topics exists only in versions 0-3 and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:

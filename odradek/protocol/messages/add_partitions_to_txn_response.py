@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -171,6 +172,8 @@ def _decode_add_partitions_to_txn_result_v4_5(buf: Buffer, pos: int) -> tuple[Ad
 
 
 def _encode_add_partitions_to_txn_response_v0_2(self: AddPartitionsToTxnResponse, out: bytearray) -> None:
+    if self.results_by_transaction:
+        raise EncodeError("results_by_transaction exists only in versions 4+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.results_by_topic_v3_and_below))
     for item in self.results_by_topic_v3_and_below:
@@ -189,6 +192,8 @@ def _decode_add_partitions_to_txn_response_v0_2(buf: Buffer, pos: int) -> tuple[
 
 
 def _encode_add_partitions_to_txn_response_v3(self: AddPartitionsToTxnResponse, out: bytearray) -> None:
+    if self.results_by_transaction:
+        raise EncodeError("results_by_transaction exists only in versions 4+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.results_by_topic_v3_and_below) + 1)
     for item in self.results_by_topic_v3_and_below:
@@ -216,6 +221,8 @@ def _encode_add_partitions_to_txn_response_v4_5(self: AddPartitionsToTxnResponse
     write_uvarint(out, len(self.results_by_transaction) + 1)
     for item in self.results_by_transaction:
         _encode_add_partitions_to_txn_result_v4_5(item, out)
+    if self.results_by_topic_v3_and_below:
+        raise EncodeError("results_by_topic_v3_and_below exists only in versions 0-3 and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:

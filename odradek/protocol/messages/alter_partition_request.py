@@ -8,6 +8,7 @@ from struct import Struct, pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
@@ -112,6 +113,10 @@ def _encode_partition_data_v0(self: PartitionData, out: bytearray) -> None:
     out += _I32_I32.pack(self.partition_index, self.leader_epoch)
     write_uvarint(out, len(self.new_isr) + 1)
     out += pack(f">{len(self.new_isr)}i", *self.new_isr)
+    if self.new_isr_with_epochs:
+        raise EncodeError("new_isr_with_epochs exists only in versions 3+ and is not ignorable")
+    if self.leader_recovery_state != 0:
+        raise EncodeError("leader_recovery_state exists only in versions 1+ and is not ignorable")
     out += _I32.pack(self.partition_epoch)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -135,6 +140,8 @@ def _encode_partition_data_v1_2(self: PartitionData, out: bytearray) -> None:
     out += _I32_I32.pack(self.partition_index, self.leader_epoch)
     write_uvarint(out, len(self.new_isr) + 1)
     out += pack(f">{len(self.new_isr)}i", *self.new_isr)
+    if self.new_isr_with_epochs:
+        raise EncodeError("new_isr_with_epochs exists only in versions 3+ and is not ignorable")
     out += _I8_I32.pack(self.leader_recovery_state, self.partition_epoch)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -155,6 +162,8 @@ def _decode_partition_data_v1_2(buf: Buffer, pos: int) -> tuple[PartitionData, i
 
 
 def _encode_partition_data_v3(self: PartitionData, out: bytearray) -> None:
+    if self.new_isr:
+        raise EncodeError("new_isr exists only in versions 0-2 and is not ignorable")
     out += _I32_I32.pack(self.partition_index, self.leader_epoch)
     write_uvarint(out, len(self.new_isr_with_epochs) + 1)
     for item in self.new_isr_with_epochs:

@@ -8,6 +8,7 @@ from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     Buffer,
@@ -51,6 +52,8 @@ class BrokerHeartbeatRequest(Message):
 
 
 def _encode_broker_heartbeat_request_v0(self: BrokerHeartbeatRequest, out: bytearray) -> None:
+    if self.offline_log_dirs:
+        raise EncodeError("offline_log_dirs exists only in versions 1+ and is not ignorable")
     out += _I32_I64_I64_BOOL_BOOL.pack(self.broker_id, self.broker_epoch, self.current_metadata_offset, self.want_fence, self.want_shut_down)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)

@@ -8,6 +8,7 @@ from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
@@ -139,6 +140,8 @@ def _encode_broker_registration_request_v0(self: BrokerRegistrationRequest, out:
     for item in self.features:
         _encode_feature_v0_4(item, out)
     write_compact_nullable_string(out, self.rack)
+    if self.is_migrating_zk_broker:
+        raise EncodeError("is_migrating_zk_broker exists only in versions 1+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:

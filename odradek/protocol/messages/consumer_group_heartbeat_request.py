@@ -8,6 +8,7 @@ from struct import Struct, pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
@@ -104,6 +105,8 @@ def _encode_consumer_group_heartbeat_request_v0(self: ConsumerGroupHeartbeatRequ
         write_uvarint(out, len(self.subscribed_topic_names) + 1)
         for item in self.subscribed_topic_names:
             write_compact_string(out, item)
+    if self.subscribed_topic_regex is not None:
+        raise EncodeError("subscribed_topic_regex exists only in versions 1+ and is not ignorable")
     write_compact_nullable_string(out, self.server_assignor)
     if self.topic_partitions is None:
         out.append(0)

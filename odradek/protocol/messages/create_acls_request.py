@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -67,6 +68,8 @@ class CreateAclsRequest(Message):
 def _encode_acl_creation_v0(self: AclCreation, out: bytearray) -> None:
     out += _I8.pack(self.resource_type)
     write_string(out, self.resource_name)
+    if self.resource_pattern_type != 3:
+        raise EncodeError("resource_pattern_type exists only in versions 1+ and is not ignorable")
     write_string(out, self.principal)
     write_string(out, self.host)
     out += _I8_I8.pack(self.operation, self.permission_type)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -89,6 +90,10 @@ def _decode_creatable_renewers_v2_3(buf: Buffer, pos: int) -> tuple[CreatableRen
 
 
 def _encode_create_delegation_token_request_v0_1(self: CreateDelegationTokenRequest, out: bytearray) -> None:
+    if self.owner_principal_type:
+        raise EncodeError("owner_principal_type exists only in versions 3+ and is not ignorable")
+    if self.owner_principal_name:
+        raise EncodeError("owner_principal_name exists only in versions 3+ and is not ignorable")
     out += INT32.pack(len(self.renewers))
     for item in self.renewers:
         _encode_creatable_renewers_v0_1(item, out)
@@ -107,6 +112,10 @@ def _decode_create_delegation_token_request_v0_1(buf: Buffer, pos: int) -> tuple
 
 
 def _encode_create_delegation_token_request_v2(self: CreateDelegationTokenRequest, out: bytearray) -> None:
+    if self.owner_principal_type:
+        raise EncodeError("owner_principal_type exists only in versions 3+ and is not ignorable")
+    if self.owner_principal_name:
+        raise EncodeError("owner_principal_name exists only in versions 3+ and is not ignorable")
     write_uvarint(out, len(self.renewers) + 1)
     for item in self.renewers:
         _encode_creatable_renewers_v2_3(item, out)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     Buffer,
@@ -67,6 +68,10 @@ def _encode_create_delegation_token_response_v0_1(self: CreateDelegationTokenRes
     out += _I16.pack(self.error_code)
     write_string(out, self.principal_type)
     write_string(out, self.principal_name)
+    if self.token_requester_principal_type:
+        raise EncodeError("token_requester_principal_type exists only in versions 3+ and is not ignorable")
+    if self.token_requester_principal_name:
+        raise EncodeError("token_requester_principal_name exists only in versions 3+ and is not ignorable")
     out += _I64_I64_I64.pack(self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms)
     write_string(out, self.token_id)
     write_bytes(out, self.hmac)
@@ -91,6 +96,10 @@ def _encode_create_delegation_token_response_v2(self: CreateDelegationTokenRespo
     out += _I16.pack(self.error_code)
     write_compact_string(out, self.principal_type)
     write_compact_string(out, self.principal_name)
+    if self.token_requester_principal_type:
+        raise EncodeError("token_requester_principal_type exists only in versions 3+ and is not ignorable")
+    if self.token_requester_principal_name:
+        raise EncodeError("token_requester_principal_name exists only in versions 3+ and is not ignorable")
     out += _I64_I64_I64.pack(self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms)
     write_compact_string(out, self.token_id)
     write_compact_bytes(out, self.hmac)

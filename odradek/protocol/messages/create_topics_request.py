@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -220,6 +221,8 @@ def _encode_create_topics_request_v0(self: CreateTopicsRequest, out: bytearray) 
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_creatable_topic_v0_4(item, out)
+    if self.validate_only:
+        raise EncodeError("validate_only exists only in versions 1+ and is not ignorable")
     out += _I32.pack(self.timeout_ms)
 
 

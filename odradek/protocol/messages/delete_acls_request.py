@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -67,6 +68,8 @@ class DeleteAclsRequest(Message):
 def _encode_delete_acls_filter_v0(self: DeleteAclsFilter, out: bytearray) -> None:
     out += _I8.pack(self.resource_type_filter)
     write_nullable_string(out, self.resource_name_filter)
+    if self.pattern_type_filter != 3:
+        raise EncodeError("pattern_type_filter exists only in versions 1+ and is not ignorable")
     write_nullable_string(out, self.principal_filter)
     write_nullable_string(out, self.host_filter)
     out += _I8_I8.pack(self.operation, self.permission_type)

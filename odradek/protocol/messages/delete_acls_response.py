@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -95,6 +96,8 @@ def _encode_delete_acls_matching_acl_v0(self: DeleteAclsMatchingAcl, out: bytear
     write_nullable_string(out, self.error_message)
     out += _I8.pack(self.resource_type)
     write_string(out, self.resource_name)
+    if self.pattern_type != 3:
+        raise EncodeError("pattern_type exists only in versions 1+ and is not ignorable")
     write_string(out, self.principal)
     write_string(out, self.host)
     out += _I8_I8.pack(self.operation, self.permission_type)

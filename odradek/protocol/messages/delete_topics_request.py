@@ -8,6 +8,7 @@ from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -79,6 +80,8 @@ def _decode_delete_topic_state_v6(buf: Buffer, pos: int) -> tuple[DeleteTopicSta
 
 
 def _encode_delete_topics_request_v0_3(self: DeleteTopicsRequest, out: bytearray) -> None:
+    if self.topics:
+        raise EncodeError("topics exists only in versions 6+ and is not ignorable")
     out += INT32.pack(len(self.topic_names))
     for item in self.topic_names:
         write_string(out, item)
@@ -97,6 +100,8 @@ def _decode_delete_topics_request_v0_3(buf: Buffer, pos: int) -> tuple[DeleteTop
 
 
 def _encode_delete_topics_request_v4_5(self: DeleteTopicsRequest, out: bytearray) -> None:
+    if self.topics:
+        raise EncodeError("topics exists only in versions 6+ and is not ignorable")
     write_uvarint(out, len(self.topic_names) + 1)
     for item in self.topic_names:
         write_compact_string(out, item)

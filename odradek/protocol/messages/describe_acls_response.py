@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -121,6 +122,8 @@ def _decode_acl_description_v2_3(buf: Buffer, pos: int) -> tuple[AclDescription,
 def _encode_describe_acls_resource_v0(self: DescribeAclsResource, out: bytearray) -> None:
     out += _I8.pack(self.resource_type)
     write_string(out, self.resource_name)
+    if self.pattern_type != 3:
+        raise EncodeError("pattern_type exists only in versions 1+ and is not ignorable")
     out += INT32.pack(len(self.acls))
     for item in self.acls:
         _encode_acl_description_v0_1(item, out)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     Buffer,
@@ -37,6 +38,8 @@ class DescribeClusterRequest(Message):
 
 
 def _encode_describe_cluster_request_v0(self: DescribeClusterRequest, out: bytearray) -> None:
+    if self.endpoint_type != 1:
+        raise EncodeError("endpoint_type exists only in versions 1+ and is not ignorable")
     out += _BOOL.pack(self.include_cluster_authorized_operations)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)

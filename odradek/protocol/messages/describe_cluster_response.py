@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     Buffer,
@@ -96,6 +97,8 @@ def _decode_describe_cluster_broker_v0_1(buf: Buffer, pos: int) -> tuple[Describ
 def _encode_describe_cluster_response_v0(self: DescribeClusterResponse, out: bytearray) -> None:
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_compact_nullable_string(out, self.error_message)
+    if self.endpoint_type != 1:
+        raise EncodeError("endpoint_type exists only in versions 1+ and is not ignorable")
     write_compact_string(out, self.cluster_id)
     out += _I32.pack(self.controller_id)
     write_uvarint(out, len(self.brokers) + 1)

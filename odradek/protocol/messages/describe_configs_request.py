@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -121,6 +122,10 @@ def _encode_describe_configs_request_v0(self: DescribeConfigsRequest, out: bytea
     out += INT32.pack(len(self.resources))
     for item in self.resources:
         _encode_describe_configs_resource_v0_3(item, out)
+    if self.include_synonyms:
+        raise EncodeError("include_synonyms exists only in versions 1+ and is not ignorable")
+    if self.include_documentation:
+        raise EncodeError("include_documentation exists only in versions 3+ and is not ignorable")
 
 
 def _decode_describe_configs_request_v0(buf: Buffer, pos: int) -> tuple[DescribeConfigsRequest, int]:
@@ -136,6 +141,8 @@ def _encode_describe_configs_request_v1_2(self: DescribeConfigsRequest, out: byt
     out += INT32.pack(len(self.resources))
     for item in self.resources:
         _encode_describe_configs_resource_v0_3(item, out)
+    if self.include_documentation:
+        raise EncodeError("include_documentation exists only in versions 3+ and is not ignorable")
     out += _BOOL.pack(self.include_synonyms)
 
 

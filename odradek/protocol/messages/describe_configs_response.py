@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -159,6 +160,8 @@ def _decode_describe_configs_resource_result_v0(buf: Buffer, pos: int) -> tuple[
 def _encode_describe_configs_resource_result_v1_2(self: DescribeConfigsResourceResult, out: bytearray) -> None:
     write_string(out, self.name)
     write_nullable_string(out, self.value)
+    if self.is_default:
+        raise EncodeError("is_default exists only in versions 0 and is not ignorable")
     out += _BOOL_I8_BOOL.pack(self.read_only, self.config_source, self.is_sensitive)
     out += INT32.pack(len(self.synonyms))
     for item in self.synonyms:
@@ -181,6 +184,8 @@ def _decode_describe_configs_resource_result_v1_2(buf: Buffer, pos: int) -> tupl
 def _encode_describe_configs_resource_result_v3(self: DescribeConfigsResourceResult, out: bytearray) -> None:
     write_string(out, self.name)
     write_nullable_string(out, self.value)
+    if self.is_default:
+        raise EncodeError("is_default exists only in versions 0 and is not ignorable")
     out += _BOOL_I8_BOOL.pack(self.read_only, self.config_source, self.is_sensitive)
     out += INT32.pack(len(self.synonyms))
     for item in self.synonyms:
@@ -208,6 +213,8 @@ def _decode_describe_configs_resource_result_v3(buf: Buffer, pos: int) -> tuple[
 def _encode_describe_configs_resource_result_v4(self: DescribeConfigsResourceResult, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_compact_nullable_string(out, self.value)
+    if self.is_default:
+        raise EncodeError("is_default exists only in versions 0 and is not ignorable")
     out += _BOOL_I8_BOOL.pack(self.read_only, self.config_source, self.is_sensitive)
     write_uvarint(out, len(self.synonyms) + 1)
     for item in self.synonyms:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -121,6 +122,10 @@ def _decode_described_delegation_token_renewer_v2_3(buf: Buffer, pos: int) -> tu
 def _encode_described_delegation_token_v0_1(self: DescribedDelegationToken, out: bytearray) -> None:
     write_string(out, self.principal_type)
     write_string(out, self.principal_name)
+    if self.token_requester_principal_type:
+        raise EncodeError("token_requester_principal_type exists only in versions 3+ and is not ignorable")
+    if self.token_requester_principal_name:
+        raise EncodeError("token_requester_principal_name exists only in versions 3+ and is not ignorable")
     out += _I64_I64_I64.pack(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
     write_string(out, self.token_id)
     write_bytes(out, self.hmac)
@@ -147,6 +152,10 @@ def _decode_described_delegation_token_v0_1(buf: Buffer, pos: int) -> tuple[Desc
 def _encode_described_delegation_token_v2(self: DescribedDelegationToken, out: bytearray) -> None:
     write_compact_string(out, self.principal_type)
     write_compact_string(out, self.principal_name)
+    if self.token_requester_principal_type:
+        raise EncodeError("token_requester_principal_type exists only in versions 3+ and is not ignorable")
+    if self.token_requester_principal_name:
+        raise EncodeError("token_requester_principal_name exists only in versions 3+ and is not ignorable")
     out += _I64_I64_I64.pack(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
     write_compact_string(out, self.token_id)
     write_compact_bytes(out, self.hmac)

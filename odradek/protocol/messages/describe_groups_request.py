@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -47,6 +48,8 @@ def _encode_describe_groups_request_v0_2(self: DescribeGroupsRequest, out: bytea
     out += INT32.pack(len(self.groups))
     for item in self.groups:
         write_string(out, item)
+    if self.include_authorized_operations:
+        raise EncodeError("include_authorized_operations exists only in versions 3+ and is not ignorable")
 
 
 def _decode_describe_groups_request_v0_2(buf: Buffer, pos: int) -> tuple[DescribeGroupsRequest, int]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -163,6 +164,8 @@ def _encode_described_group_v0_2(self: DescribedGroup, out: bytearray) -> None:
     out += INT32.pack(len(self.members))
     for item in self.members:
         _encode_described_group_member_v0_3(item, out)
+    if self.authorized_operations != -2147483648:
+        raise EncodeError("authorized_operations exists only in versions 3+ and is not ignorable")
 
 
 def _decode_described_group_v0_2(buf: Buffer, pos: int) -> tuple[DescribedGroup, int]:

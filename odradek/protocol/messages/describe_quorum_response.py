@@ -8,6 +8,7 @@ from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
@@ -137,6 +138,8 @@ class DescribeQuorumResponse(Message):
 
 
 def _encode_replica_state_v0(self: ReplicaState, out: bytearray) -> None:
+    if self.replica_directory_id != ZERO_UUID:
+        raise EncodeError("replica_directory_id exists only in versions 2+ and is not ignorable")
     out += _I32_I64.pack(self.replica_id, self.log_end_offset)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -152,6 +155,8 @@ def _decode_replica_state_v0(buf: Buffer, pos: int) -> tuple[ReplicaState, int]:
 
 
 def _encode_replica_state_v1(self: ReplicaState, out: bytearray) -> None:
+    if self.replica_directory_id != ZERO_UUID:
+        raise EncodeError("replica_directory_id exists only in versions 2+ and is not ignorable")
     out += _I32_I64_I64_I64.pack(self.replica_id, self.log_end_offset, self.last_fetch_timestamp, self.last_caught_up_timestamp)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -397,6 +402,8 @@ def _encode_describe_quorum_response_v0(self: DescribeQuorumResponse, out: bytea
     write_uvarint(out, len(self.topics) + 1)
     for item in self.topics:
         _encode_topic_data_v0(item, out)
+    if self.nodes:
+        raise EncodeError("nodes exists only in versions 2+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -420,6 +427,8 @@ def _encode_describe_quorum_response_v1(self: DescribeQuorumResponse, out: bytea
     write_uvarint(out, len(self.topics) + 1)
     for item in self.topics:
         _encode_topic_data_v1(item, out)
+    if self.nodes:
+        raise EncodeError("nodes exists only in versions 2+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:

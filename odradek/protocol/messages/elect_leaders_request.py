@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -93,6 +94,8 @@ def _decode_topic_partitions_v2(buf: Buffer, pos: int) -> tuple[TopicPartitions,
 
 
 def _encode_elect_leaders_request_v0(self: ElectLeadersRequest, out: bytearray) -> None:
+    if self.election_type != 0:
+        raise EncodeError("election_type exists only in versions 1+ and is not ignorable")
     if self.topic_partitions is None:
         out += NULL_INT32
     else:

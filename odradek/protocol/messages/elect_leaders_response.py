@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -145,6 +146,8 @@ def _decode_replica_election_result_v2(buf: Buffer, pos: int) -> tuple[ReplicaEl
 
 
 def _encode_elect_leaders_response_v0(self: ElectLeadersResponse, out: bytearray) -> None:
+    if self.error_code != 0:
+        raise EncodeError("error_code exists only in versions 1+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.replica_election_results))
     for item in self.replica_election_results:

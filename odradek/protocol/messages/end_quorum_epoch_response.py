@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -182,6 +183,8 @@ def _encode_end_quorum_epoch_response_v0(self: EndQuorumEpochResponse, out: byte
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_topic_data_v0(item, out)
+    if self.node_endpoints:
+        raise EncodeError("node_endpoints exists only in versions 1+ and is not ignorable")
 
 
 def _decode_end_quorum_epoch_response_v0(buf: Buffer, pos: int) -> tuple[EndQuorumEpochResponse, int]:

@@ -8,6 +8,7 @@ from struct import Struct, pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -158,6 +159,8 @@ def _decode_replica_state_v15_17(buf: Buffer, pos: int) -> tuple[ReplicaState, i
 
 
 def _encode_fetch_partition_v0_4(self: FetchPartition, out: bytearray) -> None:
+    if self.last_fetched_epoch != -1:
+        raise EncodeError("last_fetched_epoch exists only in versions 12+ and is not ignorable")
     out += _I32_I64_I32.pack(self.partition, self.fetch_offset, self.partition_max_bytes)
 
 
@@ -168,6 +171,8 @@ def _decode_fetch_partition_v0_4(buf: Buffer, pos: int) -> tuple[FetchPartition,
 
 
 def _encode_fetch_partition_v5_8(self: FetchPartition, out: bytearray) -> None:
+    if self.last_fetched_epoch != -1:
+        raise EncodeError("last_fetched_epoch exists only in versions 12+ and is not ignorable")
     out += _I32_I64_I64_I32.pack(self.partition, self.fetch_offset, self.log_start_offset, self.partition_max_bytes)
 
 
@@ -178,6 +183,8 @@ def _decode_fetch_partition_v5_8(buf: Buffer, pos: int) -> tuple[FetchPartition,
 
 
 def _encode_fetch_partition_v9_11(self: FetchPartition, out: bytearray) -> None:
+    if self.last_fetched_epoch != -1:
+        raise EncodeError("last_fetched_epoch exists only in versions 12+ and is not ignorable")
     out += _I32_I32_I64_I64_I32.pack(self.partition, self.current_leader_epoch, self.fetch_offset, self.log_start_offset, self.partition_max_bytes)
 
 
@@ -401,10 +408,14 @@ def _decode_forgotten_topic_v13_17(buf: Buffer, pos: int) -> tuple[ForgottenTopi
 
 
 def _encode_fetch_request_v0_2(self: FetchRequest, out: bytearray) -> None:
+    if self.replica_state != ReplicaState():
+        raise EncodeError("replica_state exists only in versions 15+ and is not ignorable")
     out += _I32_I32_I32.pack(self.replica_id, self.max_wait_ms, self.min_bytes)
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_fetch_topic_v0_4(item, out)
+    if self.forgotten_topics_data:
+        raise EncodeError("forgotten_topics_data exists only in versions 7+ and is not ignorable")
 
 
 def _decode_fetch_request_v0_2(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
@@ -419,10 +430,14 @@ def _decode_fetch_request_v0_2(buf: Buffer, pos: int) -> tuple[FetchRequest, int
 
 
 def _encode_fetch_request_v3(self: FetchRequest, out: bytearray) -> None:
+    if self.replica_state != ReplicaState():
+        raise EncodeError("replica_state exists only in versions 15+ and is not ignorable")
     out += _I32_I32_I32_I32.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes)
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_fetch_topic_v0_4(item, out)
+    if self.forgotten_topics_data:
+        raise EncodeError("forgotten_topics_data exists only in versions 7+ and is not ignorable")
 
 
 def _decode_fetch_request_v3(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
@@ -437,10 +452,14 @@ def _decode_fetch_request_v3(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
 
 
 def _encode_fetch_request_v4(self: FetchRequest, out: bytearray) -> None:
+    if self.replica_state != ReplicaState():
+        raise EncodeError("replica_state exists only in versions 15+ and is not ignorable")
     out += _I32_I32_I32_I32_I8.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level)
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_fetch_topic_v0_4(item, out)
+    if self.forgotten_topics_data:
+        raise EncodeError("forgotten_topics_data exists only in versions 7+ and is not ignorable")
 
 
 def _decode_fetch_request_v4(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
@@ -455,10 +474,14 @@ def _decode_fetch_request_v4(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
 
 
 def _encode_fetch_request_v5_6(self: FetchRequest, out: bytearray) -> None:
+    if self.replica_state != ReplicaState():
+        raise EncodeError("replica_state exists only in versions 15+ and is not ignorable")
     out += _I32_I32_I32_I32_I8.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level)
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_fetch_topic_v5_8(item, out)
+    if self.forgotten_topics_data:
+        raise EncodeError("forgotten_topics_data exists only in versions 7+ and is not ignorable")
 
 
 def _decode_fetch_request_v5_6(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
@@ -473,6 +496,8 @@ def _decode_fetch_request_v5_6(buf: Buffer, pos: int) -> tuple[FetchRequest, int
 
 
 def _encode_fetch_request_v7_8(self: FetchRequest, out: bytearray) -> None:
+    if self.replica_state != ReplicaState():
+        raise EncodeError("replica_state exists only in versions 15+ and is not ignorable")
     out += _I32_I32_I32_I32_I8_I32_I32.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
     out += INT32.pack(len(self.topics))
     for item in self.topics:
@@ -499,6 +524,8 @@ def _decode_fetch_request_v7_8(buf: Buffer, pos: int) -> tuple[FetchRequest, int
 
 
 def _encode_fetch_request_v9_10(self: FetchRequest, out: bytearray) -> None:
+    if self.replica_state != ReplicaState():
+        raise EncodeError("replica_state exists only in versions 15+ and is not ignorable")
     out += _I32_I32_I32_I32_I8_I32_I32.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
     out += INT32.pack(len(self.topics))
     for item in self.topics:
@@ -525,6 +552,8 @@ def _decode_fetch_request_v9_10(buf: Buffer, pos: int) -> tuple[FetchRequest, in
 
 
 def _encode_fetch_request_v11(self: FetchRequest, out: bytearray) -> None:
+    if self.replica_state != ReplicaState():
+        raise EncodeError("replica_state exists only in versions 15+ and is not ignorable")
     out += _I32_I32_I32_I32_I8_I32_I32.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
     out += INT32.pack(len(self.topics))
     for item in self.topics:
@@ -553,6 +582,8 @@ def _decode_fetch_request_v11(buf: Buffer, pos: int) -> tuple[FetchRequest, int]
 
 
 def _encode_fetch_request_v12(self: FetchRequest, out: bytearray) -> None:
+    if self.replica_state != ReplicaState():
+        raise EncodeError("replica_state exists only in versions 15+ and is not ignorable")
     out += _I32_I32_I32_I32_I8_I32_I32.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
     write_uvarint(out, len(self.topics) + 1)
     for item in self.topics:
@@ -600,6 +631,8 @@ def _decode_fetch_request_v12(buf: Buffer, pos: int) -> tuple[FetchRequest, int]
 
 
 def _encode_fetch_request_v13_14(self: FetchRequest, out: bytearray) -> None:
+    if self.replica_state != ReplicaState():
+        raise EncodeError("replica_state exists only in versions 15+ and is not ignorable")
     out += _I32_I32_I32_I32_I8_I32_I32.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
     write_uvarint(out, len(self.topics) + 1)
     for item in self.topics:
@@ -647,6 +680,8 @@ def _decode_fetch_request_v13_14(buf: Buffer, pos: int) -> tuple[FetchRequest, i
 
 
 def _encode_fetch_request_v15_16(self: FetchRequest, out: bytearray) -> None:
+    if self.replica_id != -1:
+        raise EncodeError("replica_id exists only in versions 0-14 and is not ignorable")
     out += _I32_I32_I32_I8_I32_I32.pack(self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
     write_uvarint(out, len(self.topics) + 1)
     for item in self.topics:
@@ -702,6 +737,8 @@ def _decode_fetch_request_v15_16(buf: Buffer, pos: int) -> tuple[FetchRequest, i
 
 
 def _encode_fetch_request_v17(self: FetchRequest, out: bytearray) -> None:
+    if self.replica_id != -1:
+        raise EncodeError("replica_id exists only in versions 0-14 and is not ignorable")
     out += _I32_I32_I32_I8_I32_I32.pack(self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
     write_uvarint(out, len(self.topics) + 1)
     for item in self.topics:

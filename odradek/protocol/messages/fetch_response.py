@@ -8,6 +8,7 @@ from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -249,6 +250,14 @@ def _decode_aborted_transaction_v12_17(buf: Buffer, pos: int) -> tuple[AbortedTr
 
 
 def _encode_partition_data_v0_3(self: PartitionData, out: bytearray) -> None:
+    if self.diverging_epoch != EpochEndOffset():
+        raise EncodeError("diverging_epoch exists only in versions 12+ and is not ignorable")
+    if self.current_leader != LeaderIdAndEpoch():
+        raise EncodeError("current_leader exists only in versions 12+ and is not ignorable")
+    if self.snapshot_id != SnapshotId():
+        raise EncodeError("snapshot_id exists only in versions 12+ and is not ignorable")
+    if self.preferred_read_replica != -1:
+        raise EncodeError("preferred_read_replica exists only in versions 11+ and is not ignorable")
     out += _I32_I16_I64.pack(self.partition_index, self.error_code, self.high_watermark)
     write_nullable_bytes(out, self.records)
 
@@ -261,6 +270,12 @@ def _decode_partition_data_v0_3(buf: Buffer, pos: int) -> tuple[PartitionData, i
 
 
 def _encode_partition_data_v4(self: PartitionData, out: bytearray) -> None:
+    if self.diverging_epoch != EpochEndOffset():
+        raise EncodeError("diverging_epoch exists only in versions 12+ and is not ignorable")
+    if self.current_leader != LeaderIdAndEpoch():
+        raise EncodeError("current_leader exists only in versions 12+ and is not ignorable")
+    if self.snapshot_id != SnapshotId():
+        raise EncodeError("snapshot_id exists only in versions 12+ and is not ignorable")
     out += _I32_I16_I64_I64.pack(self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset)
     if self.aborted_transactions is None:
         out += NULL_INT32
@@ -268,6 +283,8 @@ def _encode_partition_data_v4(self: PartitionData, out: bytearray) -> None:
         out += INT32.pack(len(self.aborted_transactions))
         for item in self.aborted_transactions:
             _encode_aborted_transaction_v4_11(item, out)
+    if self.preferred_read_replica != -1:
+        raise EncodeError("preferred_read_replica exists only in versions 11+ and is not ignorable")
     write_nullable_bytes(out, self.records)
 
 
@@ -286,6 +303,12 @@ def _decode_partition_data_v4(buf: Buffer, pos: int) -> tuple[PartitionData, int
 
 
 def _encode_partition_data_v5_10(self: PartitionData, out: bytearray) -> None:
+    if self.diverging_epoch != EpochEndOffset():
+        raise EncodeError("diverging_epoch exists only in versions 12+ and is not ignorable")
+    if self.current_leader != LeaderIdAndEpoch():
+        raise EncodeError("current_leader exists only in versions 12+ and is not ignorable")
+    if self.snapshot_id != SnapshotId():
+        raise EncodeError("snapshot_id exists only in versions 12+ and is not ignorable")
     out += _I32_I16_I64_I64_I64.pack(self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset, self.log_start_offset)
     if self.aborted_transactions is None:
         out += NULL_INT32
@@ -293,6 +316,8 @@ def _encode_partition_data_v5_10(self: PartitionData, out: bytearray) -> None:
         out += INT32.pack(len(self.aborted_transactions))
         for item in self.aborted_transactions:
             _encode_aborted_transaction_v4_11(item, out)
+    if self.preferred_read_replica != -1:
+        raise EncodeError("preferred_read_replica exists only in versions 11+ and is not ignorable")
     write_nullable_bytes(out, self.records)
 
 
@@ -311,6 +336,12 @@ def _decode_partition_data_v5_10(buf: Buffer, pos: int) -> tuple[PartitionData, 
 
 
 def _encode_partition_data_v11(self: PartitionData, out: bytearray) -> None:
+    if self.diverging_epoch != EpochEndOffset():
+        raise EncodeError("diverging_epoch exists only in versions 12+ and is not ignorable")
+    if self.current_leader != LeaderIdAndEpoch():
+        raise EncodeError("current_leader exists only in versions 12+ and is not ignorable")
+    if self.snapshot_id != SnapshotId():
+        raise EncodeError("snapshot_id exists only in versions 12+ and is not ignorable")
     out += _I32_I16_I64_I64_I64.pack(self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset, self.log_start_offset)
     if self.aborted_transactions is None:
         out += NULL_INT32
@@ -536,9 +567,13 @@ def _decode_node_endpoint_v16_17(buf: Buffer, pos: int) -> tuple[NodeEndpoint, i
 
 
 def _encode_fetch_response_v0(self: FetchResponse, out: bytearray) -> None:
+    if self.session_id != 0:
+        raise EncodeError("session_id exists only in versions 7+ and is not ignorable")
     out += INT32.pack(len(self.responses))
     for item in self.responses:
         _encode_fetchable_topic_response_v0_3(item, out)
+    if self.node_endpoints:
+        raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
 
 
 def _decode_fetch_response_v0(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
@@ -551,10 +586,14 @@ def _decode_fetch_response_v0(buf: Buffer, pos: int) -> tuple[FetchResponse, int
 
 
 def _encode_fetch_response_v1_3(self: FetchResponse, out: bytearray) -> None:
+    if self.session_id != 0:
+        raise EncodeError("session_id exists only in versions 7+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.responses))
     for item in self.responses:
         _encode_fetchable_topic_response_v0_3(item, out)
+    if self.node_endpoints:
+        raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
 
 
 def _decode_fetch_response_v1_3(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
@@ -569,10 +608,14 @@ def _decode_fetch_response_v1_3(buf: Buffer, pos: int) -> tuple[FetchResponse, i
 
 
 def _encode_fetch_response_v4(self: FetchResponse, out: bytearray) -> None:
+    if self.session_id != 0:
+        raise EncodeError("session_id exists only in versions 7+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.responses))
     for item in self.responses:
         _encode_fetchable_topic_response_v4(item, out)
+    if self.node_endpoints:
+        raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
 
 
 def _decode_fetch_response_v4(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
@@ -587,10 +630,14 @@ def _decode_fetch_response_v4(buf: Buffer, pos: int) -> tuple[FetchResponse, int
 
 
 def _encode_fetch_response_v5_6(self: FetchResponse, out: bytearray) -> None:
+    if self.session_id != 0:
+        raise EncodeError("session_id exists only in versions 7+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.responses))
     for item in self.responses:
         _encode_fetchable_topic_response_v5_10(item, out)
+    if self.node_endpoints:
+        raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
 
 
 def _decode_fetch_response_v5_6(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
@@ -609,6 +656,8 @@ def _encode_fetch_response_v7_10(self: FetchResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
     for item in self.responses:
         _encode_fetchable_topic_response_v5_10(item, out)
+    if self.node_endpoints:
+        raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
 
 
 def _decode_fetch_response_v7_10(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
@@ -627,6 +676,8 @@ def _encode_fetch_response_v11(self: FetchResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
     for item in self.responses:
         _encode_fetchable_topic_response_v11(item, out)
+    if self.node_endpoints:
+        raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
 
 
 def _decode_fetch_response_v11(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
@@ -645,6 +696,8 @@ def _encode_fetch_response_v12(self: FetchResponse, out: bytearray) -> None:
     write_uvarint(out, len(self.responses) + 1)
     for item in self.responses:
         _encode_fetchable_topic_response_v12(item, out)
+    if self.node_endpoints:
+        raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -668,6 +721,8 @@ def _encode_fetch_response_v13_15(self: FetchResponse, out: bytearray) -> None:
     write_uvarint(out, len(self.responses) + 1)
     for item in self.responses:
         _encode_fetchable_topic_response_v13_17(item, out)
+    if self.node_endpoints:
+        raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     Buffer,
@@ -238,6 +239,8 @@ def _encode_fetch_snapshot_response_v0(self: FetchSnapshotResponse, out: bytearr
     write_uvarint(out, len(self.topics) + 1)
     for item in self.topics:
         _encode_topic_snapshot_v0_1(item, out)
+    if self.node_endpoints:
+        raise EncodeError("node_endpoints exists only in versions 1+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:

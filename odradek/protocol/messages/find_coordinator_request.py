@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     Buffer,
@@ -45,6 +46,10 @@ class FindCoordinatorRequest(Message):
 
 def _encode_find_coordinator_request_v0(self: FindCoordinatorRequest, out: bytearray) -> None:
     write_string(out, self.key)
+    if self.key_type != 0:
+        raise EncodeError("key_type exists only in versions 1+ and is not ignorable")
+    if self.coordinator_keys:
+        raise EncodeError("coordinator_keys exists only in versions 4+ and is not ignorable")
 
 
 def _decode_find_coordinator_request_v0(buf: Buffer, pos: int) -> tuple[FindCoordinatorRequest, int]:
@@ -54,6 +59,8 @@ def _decode_find_coordinator_request_v0(buf: Buffer, pos: int) -> tuple[FindCoor
 
 def _encode_find_coordinator_request_v1_2(self: FindCoordinatorRequest, out: bytearray) -> None:
     write_string(out, self.key)
+    if self.coordinator_keys:
+        raise EncodeError("coordinator_keys exists only in versions 4+ and is not ignorable")
     out += _I8.pack(self.key_type)
 
 
@@ -66,6 +73,8 @@ def _decode_find_coordinator_request_v1_2(buf: Buffer, pos: int) -> tuple[FindCo
 
 def _encode_find_coordinator_request_v3(self: FindCoordinatorRequest, out: bytearray) -> None:
     write_compact_string(out, self.key)
+    if self.coordinator_keys:
+        raise EncodeError("coordinator_keys exists only in versions 4+ and is not ignorable")
     out += _I8.pack(self.key_type)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -82,6 +91,8 @@ def _decode_find_coordinator_request_v3(buf: Buffer, pos: int) -> tuple[FindCoor
 
 
 def _encode_find_coordinator_request_v4_6(self: FindCoordinatorRequest, out: bytearray) -> None:
+    if self.key:
+        raise EncodeError("key exists only in versions 0-3 and is not ignorable")
     out += _I8.pack(self.key_type)
     write_uvarint(out, len(self.coordinator_keys) + 1)
     for item in self.coordinator_keys:

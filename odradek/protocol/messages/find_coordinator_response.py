@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     Buffer,
@@ -104,6 +105,8 @@ def _decode_coordinator_v4_6(buf: Buffer, pos: int) -> tuple[Coordinator, int]:
 def _encode_find_coordinator_response_v0(self: FindCoordinatorResponse, out: bytearray) -> None:
     out += _I16_I32.pack(self.error_code, self.node_id)
     write_string(out, self.host)
+    if self.coordinators:
+        raise EncodeError("coordinators exists only in versions 4+ and is not ignorable")
     out += _I32.pack(self.port)
 
 
@@ -121,6 +124,8 @@ def _encode_find_coordinator_response_v1_2(self: FindCoordinatorResponse, out: b
     write_nullable_string(out, self.error_message)
     out += _I32.pack(self.node_id)
     write_string(out, self.host)
+    if self.coordinators:
+        raise EncodeError("coordinators exists only in versions 4+ and is not ignorable")
     out += _I32.pack(self.port)
 
 
@@ -141,6 +146,8 @@ def _encode_find_coordinator_response_v3(self: FindCoordinatorResponse, out: byt
     write_compact_nullable_string(out, self.error_message)
     out += _I32.pack(self.node_id)
     write_compact_string(out, self.host)
+    if self.coordinators:
+        raise EncodeError("coordinators exists only in versions 4+ and is not ignorable")
     out += _I32.pack(self.port)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -162,6 +169,14 @@ def _decode_find_coordinator_response_v3(buf: Buffer, pos: int) -> tuple[FindCoo
 
 
 def _encode_find_coordinator_response_v4_6(self: FindCoordinatorResponse, out: bytearray) -> None:
+    if self.error_code != 0:
+        raise EncodeError("error_code exists only in versions 0-3 and is not ignorable")
+    if self.node_id != 0:
+        raise EncodeError("node_id exists only in versions 0-3 and is not ignorable")
+    if self.host:
+        raise EncodeError("host exists only in versions 0-3 and is not ignorable")
+    if self.port != 0:
+        raise EncodeError("port exists only in versions 0-3 and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.coordinators) + 1)
     for item in self.coordinators:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     Buffer,
@@ -51,6 +52,8 @@ def _encode_heartbeat_request_v0_2(self: HeartbeatRequest, out: bytearray) -> No
     write_string(out, self.group_id)
     out += _I32.pack(self.generation_id)
     write_string(out, self.member_id)
+    if self.group_instance_id is not None:
+        raise EncodeError("group_instance_id exists only in versions 3+ and is not ignorable")
 
 
 def _decode_heartbeat_request_v0_2(buf: Buffer, pos: int) -> tuple[HeartbeatRequest, int]:

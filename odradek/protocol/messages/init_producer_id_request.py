@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     Buffer,
@@ -46,6 +47,10 @@ class InitProducerIdRequest(Message):
 
 def _encode_init_producer_id_request_v0_1(self: InitProducerIdRequest, out: bytearray) -> None:
     write_nullable_string(out, self.transactional_id)
+    if self.producer_id != -1:
+        raise EncodeError("producer_id exists only in versions 3+ and is not ignorable")
+    if self.producer_epoch != -1:
+        raise EncodeError("producer_epoch exists only in versions 3+ and is not ignorable")
     out += _I32.pack(self.transaction_timeout_ms)
 
 
@@ -58,6 +63,10 @@ def _decode_init_producer_id_request_v0_1(buf: Buffer, pos: int) -> tuple[InitPr
 
 def _encode_init_producer_id_request_v2(self: InitProducerIdRequest, out: bytearray) -> None:
     write_compact_nullable_string(out, self.transactional_id)
+    if self.producer_id != -1:
+        raise EncodeError("producer_id exists only in versions 3+ and is not ignorable")
+    if self.producer_epoch != -1:
+        raise EncodeError("producer_epoch exists only in versions 3+ and is not ignorable")
     out += _I32.pack(self.transaction_timeout_ms)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)

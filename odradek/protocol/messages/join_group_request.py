@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -107,6 +108,8 @@ def _encode_join_group_request_v0(self: JoinGroupRequest, out: bytearray) -> Non
     write_string(out, self.group_id)
     out += _I32.pack(self.session_timeout_ms)
     write_string(out, self.member_id)
+    if self.group_instance_id is not None:
+        raise EncodeError("group_instance_id exists only in versions 5+ and is not ignorable")
     write_string(out, self.protocol_type)
     out += INT32.pack(len(self.protocols))
     for item in self.protocols:
@@ -131,6 +134,8 @@ def _encode_join_group_request_v1_4(self: JoinGroupRequest, out: bytearray) -> N
     write_string(out, self.group_id)
     out += _I32_I32.pack(self.session_timeout_ms, self.rebalance_timeout_ms)
     write_string(out, self.member_id)
+    if self.group_instance_id is not None:
+        raise EncodeError("group_instance_id exists only in versions 5+ and is not ignorable")
     write_string(out, self.protocol_type)
     out += INT32.pack(len(self.protocols))
     for item in self.protocols:

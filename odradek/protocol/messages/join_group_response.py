@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -127,6 +128,8 @@ def _encode_join_group_response_v0_1(self: JoinGroupResponse, out: bytearray) ->
     out += _I16_I32.pack(self.error_code, self.generation_id)
     write_string(out, self.protocol_name)
     write_string(out, self.leader)
+    if self.skip_assignment:
+        raise EncodeError("skip_assignment exists only in versions 9+ and is not ignorable")
     write_string(out, self.member_id)
     out += INT32.pack(len(self.members))
     for item in self.members:
@@ -151,6 +154,8 @@ def _encode_join_group_response_v2_4(self: JoinGroupResponse, out: bytearray) ->
     out += _I32_I16_I32.pack(self.throttle_time_ms, self.error_code, self.generation_id)
     write_string(out, self.protocol_name)
     write_string(out, self.leader)
+    if self.skip_assignment:
+        raise EncodeError("skip_assignment exists only in versions 9+ and is not ignorable")
     write_string(out, self.member_id)
     out += INT32.pack(len(self.members))
     for item in self.members:
@@ -175,6 +180,8 @@ def _encode_join_group_response_v5(self: JoinGroupResponse, out: bytearray) -> N
     out += _I32_I16_I32.pack(self.throttle_time_ms, self.error_code, self.generation_id)
     write_string(out, self.protocol_name)
     write_string(out, self.leader)
+    if self.skip_assignment:
+        raise EncodeError("skip_assignment exists only in versions 9+ and is not ignorable")
     write_string(out, self.member_id)
     out += INT32.pack(len(self.members))
     for item in self.members:
@@ -199,6 +206,8 @@ def _encode_join_group_response_v6(self: JoinGroupResponse, out: bytearray) -> N
     out += _I32_I16_I32.pack(self.throttle_time_ms, self.error_code, self.generation_id)
     write_compact_string(out, self.protocol_name)
     write_compact_string(out, self.leader)
+    if self.skip_assignment:
+        raise EncodeError("skip_assignment exists only in versions 9+ and is not ignorable")
     write_compact_string(out, self.member_id)
     write_uvarint(out, len(self.members) + 1)
     for item in self.members:
@@ -229,6 +238,8 @@ def _encode_join_group_response_v7_8(self: JoinGroupResponse, out: bytearray) ->
     write_compact_nullable_string(out, self.protocol_type)
     write_compact_nullable_string(out, self.protocol_name)
     write_compact_string(out, self.leader)
+    if self.skip_assignment:
+        raise EncodeError("skip_assignment exists only in versions 9+ and is not ignorable")
     write_compact_string(out, self.member_id)
     write_uvarint(out, len(self.members) + 1)
     for item in self.members:

@@ -8,6 +8,7 @@ from struct import Struct, pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -133,6 +134,8 @@ def _encode_leader_and_isr_partition_state_v0(self: LeaderAndIsrPartitionState, 
     out += _I32.pack(self.partition_epoch)
     out += INT32.pack(len(self.replicas))
     out += pack(f">{len(self.replicas)}i", *self.replicas)
+    if self.leader_recovery_state != 0:
+        raise EncodeError("leader_recovery_state exists only in versions 6+ and is not ignorable")
 
 
 def _decode_leader_and_isr_partition_state_v0(buf: Buffer, pos: int) -> tuple[LeaderAndIsrPartitionState, int]:
@@ -158,6 +161,8 @@ def _encode_leader_and_isr_partition_state_v1(self: LeaderAndIsrPartitionState, 
     out += _I32.pack(self.partition_epoch)
     out += INT32.pack(len(self.replicas))
     out += pack(f">{len(self.replicas)}i", *self.replicas)
+    if self.leader_recovery_state != 0:
+        raise EncodeError("leader_recovery_state exists only in versions 6+ and is not ignorable")
     out += _BOOL.pack(self.is_new)
 
 
@@ -185,6 +190,8 @@ def _encode_leader_and_isr_partition_state_v2(self: LeaderAndIsrPartitionState, 
     out += _I32.pack(self.partition_epoch)
     out += INT32.pack(len(self.replicas))
     out += pack(f">{len(self.replicas)}i", *self.replicas)
+    if self.leader_recovery_state != 0:
+        raise EncodeError("leader_recovery_state exists only in versions 6+ and is not ignorable")
     out += _BOOL.pack(self.is_new)
 
 
@@ -215,6 +222,8 @@ def _encode_leader_and_isr_partition_state_v3(self: LeaderAndIsrPartitionState, 
     out += pack(f">{len(self.adding_replicas)}i", *self.adding_replicas)
     out += INT32.pack(len(self.removing_replicas))
     out += pack(f">{len(self.removing_replicas)}i", *self.removing_replicas)
+    if self.leader_recovery_state != 0:
+        raise EncodeError("leader_recovery_state exists only in versions 6+ and is not ignorable")
     out += _BOOL.pack(self.is_new)
 
 
@@ -251,6 +260,8 @@ def _encode_leader_and_isr_partition_state_v4_5(self: LeaderAndIsrPartitionState
     out += pack(f">{len(self.adding_replicas)}i", *self.adding_replicas)
     write_uvarint(out, len(self.removing_replicas) + 1)
     out += pack(f">{len(self.removing_replicas)}i", *self.removing_replicas)
+    if self.leader_recovery_state != 0:
+        raise EncodeError("leader_recovery_state exists only in versions 6+ and is not ignorable")
     out += _BOOL.pack(self.is_new)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -462,10 +473,16 @@ def _decode_leader_and_isr_live_leader_v4_7(buf: Buffer, pos: int) -> tuple[Lead
 
 
 def _encode_leader_and_isr_request_v0(self: LeaderAndIsrRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 7+ and is not ignorable")
+    if self.type != 0:
+        raise EncodeError("type exists only in versions 5+ and is not ignorable")
     out += _I32_I32.pack(self.controller_id, self.controller_epoch)
     out += INT32.pack(len(self.ungrouped_partition_states))
     for item in self.ungrouped_partition_states:
         _encode_leader_and_isr_partition_state_v0(item, out)
+    if self.topic_states:
+        raise EncodeError("topic_states exists only in versions 2+ and is not ignorable")
     out += INT32.pack(len(self.live_leaders))
     for item in self.live_leaders:
         _encode_leader_and_isr_live_leader_v0_3(item, out)
@@ -488,10 +505,16 @@ def _decode_leader_and_isr_request_v0(buf: Buffer, pos: int) -> tuple[LeaderAndI
 
 
 def _encode_leader_and_isr_request_v1(self: LeaderAndIsrRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 7+ and is not ignorable")
+    if self.type != 0:
+        raise EncodeError("type exists only in versions 5+ and is not ignorable")
     out += _I32_I32.pack(self.controller_id, self.controller_epoch)
     out += INT32.pack(len(self.ungrouped_partition_states))
     for item in self.ungrouped_partition_states:
         _encode_leader_and_isr_partition_state_v1(item, out)
+    if self.topic_states:
+        raise EncodeError("topic_states exists only in versions 2+ and is not ignorable")
     out += INT32.pack(len(self.live_leaders))
     for item in self.live_leaders:
         _encode_leader_and_isr_live_leader_v0_3(item, out)
@@ -514,6 +537,12 @@ def _decode_leader_and_isr_request_v1(buf: Buffer, pos: int) -> tuple[LeaderAndI
 
 
 def _encode_leader_and_isr_request_v2(self: LeaderAndIsrRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 7+ and is not ignorable")
+    if self.type != 0:
+        raise EncodeError("type exists only in versions 5+ and is not ignorable")
+    if self.ungrouped_partition_states:
+        raise EncodeError("ungrouped_partition_states exists only in versions 0-1 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     out += INT32.pack(len(self.topic_states))
     for item in self.topic_states:
@@ -540,6 +569,12 @@ def _decode_leader_and_isr_request_v2(buf: Buffer, pos: int) -> tuple[LeaderAndI
 
 
 def _encode_leader_and_isr_request_v3(self: LeaderAndIsrRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 7+ and is not ignorable")
+    if self.type != 0:
+        raise EncodeError("type exists only in versions 5+ and is not ignorable")
+    if self.ungrouped_partition_states:
+        raise EncodeError("ungrouped_partition_states exists only in versions 0-1 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     out += INT32.pack(len(self.topic_states))
     for item in self.topic_states:
@@ -566,6 +601,12 @@ def _decode_leader_and_isr_request_v3(buf: Buffer, pos: int) -> tuple[LeaderAndI
 
 
 def _encode_leader_and_isr_request_v4(self: LeaderAndIsrRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 7+ and is not ignorable")
+    if self.type != 0:
+        raise EncodeError("type exists only in versions 5+ and is not ignorable")
+    if self.ungrouped_partition_states:
+        raise EncodeError("ungrouped_partition_states exists only in versions 0-1 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     write_uvarint(out, len(self.topic_states) + 1)
     for item in self.topic_states:
@@ -597,6 +638,10 @@ def _decode_leader_and_isr_request_v4(buf: Buffer, pos: int) -> tuple[LeaderAndI
 
 
 def _encode_leader_and_isr_request_v5(self: LeaderAndIsrRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 7+ and is not ignorable")
+    if self.ungrouped_partition_states:
+        raise EncodeError("ungrouped_partition_states exists only in versions 0-1 and is not ignorable")
     out += _I32_I32_I64_I8.pack(self.controller_id, self.controller_epoch, self.broker_epoch, self.type)
     write_uvarint(out, len(self.topic_states) + 1)
     for item in self.topic_states:
@@ -628,6 +673,10 @@ def _decode_leader_and_isr_request_v5(buf: Buffer, pos: int) -> tuple[LeaderAndI
 
 
 def _encode_leader_and_isr_request_v6(self: LeaderAndIsrRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 7+ and is not ignorable")
+    if self.ungrouped_partition_states:
+        raise EncodeError("ungrouped_partition_states exists only in versions 0-1 and is not ignorable")
     out += _I32_I32_I64_I8.pack(self.controller_id, self.controller_epoch, self.broker_epoch, self.type)
     write_uvarint(out, len(self.topic_states) + 1)
     for item in self.topic_states:
@@ -659,6 +708,8 @@ def _decode_leader_and_isr_request_v6(buf: Buffer, pos: int) -> tuple[LeaderAndI
 
 
 def _encode_leader_and_isr_request_v7(self: LeaderAndIsrRequest, out: bytearray) -> None:
+    if self.ungrouped_partition_states:
+        raise EncodeError("ungrouped_partition_states exists only in versions 0-1 and is not ignorable")
     out += _I32_BOOL_I32_I64_I8.pack(self.controller_id, self.is_k_raft_controller, self.controller_epoch, self.broker_epoch, self.type)
     write_uvarint(out, len(self.topic_states) + 1)
     for item in self.topic_states:

@@ -8,6 +8,7 @@ from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -146,6 +147,8 @@ def _encode_leader_and_isr_response_v0_3(self: LeaderAndIsrResponse, out: bytear
     out += INT32.pack(len(self.partition_errors))
     for item in self.partition_errors:
         _encode_leader_and_isr_partition_error_v0_3(item, out)
+    if self.topics:
+        raise EncodeError("topics exists only in versions 5+ and is not ignorable")
 
 
 def _decode_leader_and_isr_response_v0_3(buf: Buffer, pos: int) -> tuple[LeaderAndIsrResponse, int]:
@@ -164,6 +167,8 @@ def _encode_leader_and_isr_response_v4(self: LeaderAndIsrResponse, out: bytearra
     write_uvarint(out, len(self.partition_errors) + 1)
     for item in self.partition_errors:
         _encode_leader_and_isr_partition_error_v4(item, out)
+    if self.topics:
+        raise EncodeError("topics exists only in versions 5+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -183,6 +188,8 @@ def _decode_leader_and_isr_response_v4(buf: Buffer, pos: int) -> tuple[LeaderAnd
 
 
 def _encode_leader_and_isr_response_v5_7(self: LeaderAndIsrResponse, out: bytearray) -> None:
+    if self.partition_errors:
+        raise EncodeError("partition_errors exists only in versions 0-4 and is not ignorable")
     out += _I16.pack(self.error_code)
     write_uvarint(out, len(self.topics) + 1)
     for item in self.topics:

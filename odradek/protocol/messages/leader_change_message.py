@@ -8,6 +8,7 @@ from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
@@ -57,6 +58,8 @@ class LeaderChangeMessage(Message):
 
 
 def _encode_voter_v0(self: Voter, out: bytearray) -> None:
+    if self.voter_directory_id != ZERO_UUID:
+        raise EncodeError("voter_directory_id exists only in versions 1+ and is not ignorable")
     out += _I32.pack(self.voter_id)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -108,6 +109,8 @@ def _decode_member_identity_v5(buf: Buffer, pos: int) -> tuple[MemberIdentity, i
 def _encode_leave_group_request_v0_2(self: LeaveGroupRequest, out: bytearray) -> None:
     write_string(out, self.group_id)
     write_string(out, self.member_id)
+    if self.members:
+        raise EncodeError("members exists only in versions 3+ and is not ignorable")
 
 
 def _decode_leave_group_request_v0_2(buf: Buffer, pos: int) -> tuple[LeaveGroupRequest, int]:
@@ -118,6 +121,8 @@ def _decode_leave_group_request_v0_2(buf: Buffer, pos: int) -> tuple[LeaveGroupR
 
 def _encode_leave_group_request_v3(self: LeaveGroupRequest, out: bytearray) -> None:
     write_string(out, self.group_id)
+    if self.member_id:
+        raise EncodeError("member_id exists only in versions 0-2 and is not ignorable")
     out += INT32.pack(len(self.members))
     for item in self.members:
         _encode_member_identity_v3(item, out)
@@ -135,6 +140,8 @@ def _decode_leave_group_request_v3(buf: Buffer, pos: int) -> tuple[LeaveGroupReq
 
 def _encode_leave_group_request_v4(self: LeaveGroupRequest, out: bytearray) -> None:
     write_compact_string(out, self.group_id)
+    if self.member_id:
+        raise EncodeError("member_id exists only in versions 0-2 and is not ignorable")
     write_uvarint(out, len(self.members) + 1)
     for item in self.members:
         _encode_member_identity_v4(item, out)
@@ -157,6 +164,8 @@ def _decode_leave_group_request_v4(buf: Buffer, pos: int) -> tuple[LeaveGroupReq
 
 def _encode_leave_group_request_v5(self: LeaveGroupRequest, out: bytearray) -> None:
     write_compact_string(out, self.group_id)
+    if self.member_id:
+        raise EncodeError("member_id exists only in versions 0-2 and is not ignorable")
     write_uvarint(out, len(self.members) + 1)
     for item in self.members:
         _encode_member_identity_v5(item, out)

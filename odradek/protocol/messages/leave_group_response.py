@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -98,6 +99,8 @@ def _decode_member_response_v4_5(buf: Buffer, pos: int) -> tuple[MemberResponse,
 
 
 def _encode_leave_group_response_v0(self: LeaveGroupResponse, out: bytearray) -> None:
+    if self.members:
+        raise EncodeError("members exists only in versions 3+ and is not ignorable")
     out += _I16.pack(self.error_code)
 
 
@@ -108,6 +111,8 @@ def _decode_leave_group_response_v0(buf: Buffer, pos: int) -> tuple[LeaveGroupRe
 
 
 def _encode_leave_group_response_v1_2(self: LeaveGroupResponse, out: bytearray) -> None:
+    if self.members:
+        raise EncodeError("members exists only in versions 3+ and is not ignorable")
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
 
 

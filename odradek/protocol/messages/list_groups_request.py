@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     Buffer,
@@ -37,7 +38,10 @@ class ListGroupsRequest(Message):
 
 
 def _encode_list_groups_request_v0_2(self: ListGroupsRequest, out: bytearray) -> None:
-    pass
+    if self.states_filter:
+        raise EncodeError("states_filter exists only in versions 4+ and is not ignorable")
+    if self.types_filter:
+        raise EncodeError("types_filter exists only in versions 5+ and is not ignorable")
 
 
 def _decode_list_groups_request_v0_2(buf: Buffer, pos: int) -> tuple[ListGroupsRequest, int]:
@@ -45,6 +49,10 @@ def _decode_list_groups_request_v0_2(buf: Buffer, pos: int) -> tuple[ListGroupsR
 
 
 def _encode_list_groups_request_v3(self: ListGroupsRequest, out: bytearray) -> None:
+    if self.states_filter:
+        raise EncodeError("states_filter exists only in versions 4+ and is not ignorable")
+    if self.types_filter:
+        raise EncodeError("types_filter exists only in versions 5+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -60,6 +68,8 @@ def _encode_list_groups_request_v4(self: ListGroupsRequest, out: bytearray) -> N
     write_uvarint(out, len(self.states_filter) + 1)
     for item in self.states_filter:
         write_compact_string(out, item)
+    if self.types_filter:
+        raise EncodeError("types_filter exists only in versions 5+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -90,6 +91,8 @@ def _decode_list_offsets_partition_v0(buf: Buffer, pos: int) -> tuple[ListOffset
 
 
 def _encode_list_offsets_partition_v1_3(self: ListOffsetsPartition, out: bytearray) -> None:
+    if self.max_num_offsets != 1:
+        raise EncodeError("max_num_offsets exists only in versions 0 and is not ignorable")
     out += _I32_I64.pack(self.partition_index, self.timestamp)
 
 
@@ -100,6 +103,8 @@ def _decode_list_offsets_partition_v1_3(buf: Buffer, pos: int) -> tuple[ListOffs
 
 
 def _encode_list_offsets_partition_v4_5(self: ListOffsetsPartition, out: bytearray) -> None:
+    if self.max_num_offsets != 1:
+        raise EncodeError("max_num_offsets exists only in versions 0 and is not ignorable")
     out += _I32_I32_I64.pack(self.partition_index, self.current_leader_epoch, self.timestamp)
 
 
@@ -110,6 +115,8 @@ def _decode_list_offsets_partition_v4_5(buf: Buffer, pos: int) -> tuple[ListOffs
 
 
 def _encode_list_offsets_partition_v6_10(self: ListOffsetsPartition, out: bytearray) -> None:
+    if self.max_num_offsets != 1:
+        raise EncodeError("max_num_offsets exists only in versions 0 and is not ignorable")
     out += _I32_I32_I64.pack(self.partition_index, self.current_leader_epoch, self.timestamp)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -198,6 +205,8 @@ def _decode_list_offsets_topic_v6_10(buf: Buffer, pos: int) -> tuple[ListOffsets
 
 
 def _encode_list_offsets_request_v0(self: ListOffsetsRequest, out: bytearray) -> None:
+    if self.isolation_level != 0:
+        raise EncodeError("isolation_level exists only in versions 2+ and is not ignorable")
     out += _I32.pack(self.replica_id)
     out += INT32.pack(len(self.topics))
     for item in self.topics:
@@ -216,6 +225,8 @@ def _decode_list_offsets_request_v0(buf: Buffer, pos: int) -> tuple[ListOffsetsR
 
 
 def _encode_list_offsets_request_v1(self: ListOffsetsRequest, out: bytearray) -> None:
+    if self.isolation_level != 0:
+        raise EncodeError("isolation_level exists only in versions 2+ and is not ignorable")
     out += _I32.pack(self.replica_id)
     out += INT32.pack(len(self.topics))
     for item in self.topics:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -82,6 +83,12 @@ def _encode_list_offsets_partition_response_v0(self: ListOffsetsPartitionRespons
     out += _I32_I16.pack(self.partition_index, self.error_code)
     out += INT32.pack(len(self.old_style_offsets))
     out += pack(f">{len(self.old_style_offsets)}q", *self.old_style_offsets)
+    if self.timestamp != -1:
+        raise EncodeError("timestamp exists only in versions 1+ and is not ignorable")
+    if self.offset != -1:
+        raise EncodeError("offset exists only in versions 1+ and is not ignorable")
+    if self.leader_epoch != -1:
+        raise EncodeError("leader_epoch exists only in versions 4+ and is not ignorable")
 
 
 def _decode_list_offsets_partition_response_v0(buf: Buffer, pos: int) -> tuple[ListOffsetsPartitionResponse, int]:
@@ -94,6 +101,10 @@ def _decode_list_offsets_partition_response_v0(buf: Buffer, pos: int) -> tuple[L
 
 
 def _encode_list_offsets_partition_response_v1_3(self: ListOffsetsPartitionResponse, out: bytearray) -> None:
+    if self.old_style_offsets:
+        raise EncodeError("old_style_offsets exists only in versions 0 and is not ignorable")
+    if self.leader_epoch != -1:
+        raise EncodeError("leader_epoch exists only in versions 4+ and is not ignorable")
     out += _I32_I16_I64_I64.pack(self.partition_index, self.error_code, self.timestamp, self.offset)
 
 
@@ -104,6 +115,8 @@ def _decode_list_offsets_partition_response_v1_3(buf: Buffer, pos: int) -> tuple
 
 
 def _encode_list_offsets_partition_response_v4_5(self: ListOffsetsPartitionResponse, out: bytearray) -> None:
+    if self.old_style_offsets:
+        raise EncodeError("old_style_offsets exists only in versions 0 and is not ignorable")
     out += _I32_I16_I64_I64_I32.pack(self.partition_index, self.error_code, self.timestamp, self.offset, self.leader_epoch)
 
 
@@ -114,6 +127,8 @@ def _decode_list_offsets_partition_response_v4_5(buf: Buffer, pos: int) -> tuple
 
 
 def _encode_list_offsets_partition_response_v6_10(self: ListOffsetsPartitionResponse, out: bytearray) -> None:
+    if self.old_style_offsets:
+        raise EncodeError("old_style_offsets exists only in versions 0 and is not ignorable")
     out += _I32_I16_I64_I64_I32.pack(self.partition_index, self.error_code, self.timestamp, self.offset, self.leader_epoch)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)

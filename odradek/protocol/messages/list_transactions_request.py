@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     Buffer,
@@ -47,6 +48,8 @@ def _encode_list_transactions_request_v0(self: ListTransactionsRequest, out: byt
         write_compact_string(out, item)
     write_uvarint(out, len(self.producer_id_filters) + 1)
     out += pack(f">{len(self.producer_id_filters)}q", *self.producer_id_filters)
+    if self.duration_filter != -1:
+        raise EncodeError("duration_filter exists only in versions 1+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:

@@ -8,6 +8,7 @@ from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -110,6 +111,12 @@ def _encode_metadata_request_v0(self: MetadataRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_metadata_request_topic_v0_8(item, out)
+    if not self.allow_auto_topic_creation:
+        raise EncodeError("allow_auto_topic_creation exists only in versions 4+ and is not ignorable")
+    if self.include_cluster_authorized_operations:
+        raise EncodeError("include_cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
+    if self.include_topic_authorized_operations:
+        raise EncodeError("include_topic_authorized_operations exists only in versions 8+ and is not ignorable")
 
 
 def _decode_metadata_request_v0(buf: Buffer, pos: int) -> tuple[MetadataRequest, int]:
@@ -128,6 +135,12 @@ def _encode_metadata_request_v1_3(self: MetadataRequest, out: bytearray) -> None
         out += INT32.pack(len(self.topics))
         for item in self.topics:
             _encode_metadata_request_topic_v0_8(item, out)
+    if not self.allow_auto_topic_creation:
+        raise EncodeError("allow_auto_topic_creation exists only in versions 4+ and is not ignorable")
+    if self.include_cluster_authorized_operations:
+        raise EncodeError("include_cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
+    if self.include_topic_authorized_operations:
+        raise EncodeError("include_topic_authorized_operations exists only in versions 8+ and is not ignorable")
 
 
 def _decode_metadata_request_v1_3(buf: Buffer, pos: int) -> tuple[MetadataRequest, int]:
@@ -148,6 +161,10 @@ def _encode_metadata_request_v4_7(self: MetadataRequest, out: bytearray) -> None
         out += INT32.pack(len(self.topics))
         for item in self.topics:
             _encode_metadata_request_topic_v0_8(item, out)
+    if self.include_cluster_authorized_operations:
+        raise EncodeError("include_cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
+    if self.include_topic_authorized_operations:
+        raise EncodeError("include_topic_authorized_operations exists only in versions 8+ and is not ignorable")
     out += _BOOL.pack(self.allow_auto_topic_creation)
 
 
@@ -250,6 +267,8 @@ def _encode_metadata_request_v11_12(self: MetadataRequest, out: bytearray) -> No
         write_uvarint(out, len(self.topics) + 1)
         for item in self.topics:
             _encode_metadata_request_topic_v10_12(item, out)
+    if self.include_cluster_authorized_operations:
+        raise EncodeError("include_cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
     out += _BOOL_BOOL.pack(self.allow_auto_topic_creation, self.include_topic_authorized_operations)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)

@@ -8,6 +8,7 @@ from struct import Struct, pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -280,6 +281,8 @@ def _encode_metadata_response_topic_v0(self: MetadataResponseTopic, out: bytearr
     out += INT32.pack(len(self.partitions))
     for item in self.partitions:
         _encode_metadata_response_partition_v0_4(item, out)
+    if self.topic_authorized_operations != -2147483648:
+        raise EncodeError("topic_authorized_operations exists only in versions 8+ and is not ignorable")
 
 
 def _decode_metadata_response_topic_v0(buf: Buffer, pos: int) -> tuple[MetadataResponseTopic, int]:
@@ -301,6 +304,8 @@ def _encode_metadata_response_topic_v1_4(self: MetadataResponseTopic, out: bytea
     out += INT32.pack(len(self.partitions))
     for item in self.partitions:
         _encode_metadata_response_partition_v0_4(item, out)
+    if self.topic_authorized_operations != -2147483648:
+        raise EncodeError("topic_authorized_operations exists only in versions 8+ and is not ignorable")
 
 
 def _decode_metadata_response_topic_v1_4(buf: Buffer, pos: int) -> tuple[MetadataResponseTopic, int]:
@@ -324,6 +329,8 @@ def _encode_metadata_response_topic_v5_6(self: MetadataResponseTopic, out: bytea
     out += INT32.pack(len(self.partitions))
     for item in self.partitions:
         _encode_metadata_response_partition_v5_6(item, out)
+    if self.topic_authorized_operations != -2147483648:
+        raise EncodeError("topic_authorized_operations exists only in versions 8+ and is not ignorable")
 
 
 def _decode_metadata_response_topic_v5_6(buf: Buffer, pos: int) -> tuple[MetadataResponseTopic, int]:
@@ -347,6 +354,8 @@ def _encode_metadata_response_topic_v7(self: MetadataResponseTopic, out: bytearr
     out += INT32.pack(len(self.partitions))
     for item in self.partitions:
         _encode_metadata_response_partition_v7_8(item, out)
+    if self.topic_authorized_operations != -2147483648:
+        raise EncodeError("topic_authorized_operations exists only in versions 8+ and is not ignorable")
 
 
 def _decode_metadata_response_topic_v7(buf: Buffer, pos: int) -> tuple[MetadataResponseTopic, int]:
@@ -493,6 +502,8 @@ def _encode_metadata_response_v0(self: MetadataResponse, out: bytearray) -> None
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_metadata_response_topic_v0(item, out)
+    if self.cluster_authorized_operations != -2147483648:
+        raise EncodeError("cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
 
 
 def _decode_metadata_response_v0(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
@@ -517,6 +528,8 @@ def _encode_metadata_response_v1(self: MetadataResponse, out: bytearray) -> None
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_metadata_response_topic_v1_4(item, out)
+    if self.cluster_authorized_operations != -2147483648:
+        raise EncodeError("cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
 
 
 def _decode_metadata_response_v1(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
@@ -544,6 +557,8 @@ def _encode_metadata_response_v2(self: MetadataResponse, out: bytearray) -> None
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_metadata_response_topic_v1_4(item, out)
+    if self.cluster_authorized_operations != -2147483648:
+        raise EncodeError("cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
 
 
 def _decode_metadata_response_v2(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
@@ -573,6 +588,8 @@ def _encode_metadata_response_v3_4(self: MetadataResponse, out: bytearray) -> No
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_metadata_response_topic_v1_4(item, out)
+    if self.cluster_authorized_operations != -2147483648:
+        raise EncodeError("cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
 
 
 def _decode_metadata_response_v3_4(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
@@ -604,6 +621,8 @@ def _encode_metadata_response_v5_6(self: MetadataResponse, out: bytearray) -> No
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_metadata_response_topic_v5_6(item, out)
+    if self.cluster_authorized_operations != -2147483648:
+        raise EncodeError("cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
 
 
 def _decode_metadata_response_v5_6(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
@@ -635,6 +654,8 @@ def _encode_metadata_response_v7(self: MetadataResponse, out: bytearray) -> None
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_metadata_response_topic_v7(item, out)
+    if self.cluster_authorized_operations != -2147483648:
+        raise EncodeError("cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
 
 
 def _decode_metadata_response_v7(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
@@ -778,6 +799,8 @@ def _encode_metadata_response_v11(self: MetadataResponse, out: bytearray) -> Non
     write_uvarint(out, len(self.topics) + 1)
     for item in self.topics:
         _encode_metadata_response_topic_v10_11(item, out)
+    if self.cluster_authorized_operations != -2147483648:
+        raise EncodeError("cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -814,6 +837,8 @@ def _encode_metadata_response_v12(self: MetadataResponse, out: bytearray) -> Non
     write_uvarint(out, len(self.topics) + 1)
     for item in self.topics:
         _encode_metadata_response_topic_v12(item, out)
+    if self.cluster_authorized_operations != -2147483648:
+        raise EncodeError("cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:

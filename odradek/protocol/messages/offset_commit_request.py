@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -90,6 +91,8 @@ class OffsetCommitRequest(Message):
 
 
 def _encode_offset_commit_request_partition_v0_v2_5(self: OffsetCommitRequestPartition, out: bytearray) -> None:
+    if self.commit_timestamp != -1:
+        raise EncodeError("commit_timestamp exists only in versions 1 and is not ignorable")
     out += _I32_I64.pack(self.partition_index, self.committed_offset)
     write_nullable_string(out, self.committed_metadata)
 
@@ -114,6 +117,8 @@ def _decode_offset_commit_request_partition_v1(buf: Buffer, pos: int) -> tuple[O
 
 
 def _encode_offset_commit_request_partition_v6_7(self: OffsetCommitRequestPartition, out: bytearray) -> None:
+    if self.commit_timestamp != -1:
+        raise EncodeError("commit_timestamp exists only in versions 1 and is not ignorable")
     out += _I32_I64_I32.pack(self.partition_index, self.committed_offset, self.committed_leader_epoch)
     write_nullable_string(out, self.committed_metadata)
 
@@ -126,6 +131,8 @@ def _decode_offset_commit_request_partition_v6_7(buf: Buffer, pos: int) -> tuple
 
 
 def _encode_offset_commit_request_partition_v8_9(self: OffsetCommitRequestPartition, out: bytearray) -> None:
+    if self.commit_timestamp != -1:
+        raise EncodeError("commit_timestamp exists only in versions 1 and is not ignorable")
     out += _I32_I64_I32.pack(self.partition_index, self.committed_offset, self.committed_leader_epoch)
     write_compact_nullable_string(out, self.committed_metadata)
     if self.unknown_tagged_fields:
@@ -217,6 +224,8 @@ def _decode_offset_commit_request_topic_v8_9(buf: Buffer, pos: int) -> tuple[Off
 
 def _encode_offset_commit_request_v0(self: OffsetCommitRequest, out: bytearray) -> None:
     write_string(out, self.group_id)
+    if self.group_instance_id is not None:
+        raise EncodeError("group_instance_id exists only in versions 7+ and is not ignorable")
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_offset_commit_request_topic_v0_v2_5(item, out)
@@ -236,6 +245,8 @@ def _encode_offset_commit_request_v1(self: OffsetCommitRequest, out: bytearray) 
     write_string(out, self.group_id)
     out += _I32.pack(self.generation_id_or_member_epoch)
     write_string(out, self.member_id)
+    if self.group_instance_id is not None:
+        raise EncodeError("group_instance_id exists only in versions 7+ and is not ignorable")
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_offset_commit_request_topic_v1(item, out)
@@ -258,6 +269,8 @@ def _encode_offset_commit_request_v2_4(self: OffsetCommitRequest, out: bytearray
     write_string(out, self.group_id)
     out += _I32.pack(self.generation_id_or_member_epoch)
     write_string(out, self.member_id)
+    if self.group_instance_id is not None:
+        raise EncodeError("group_instance_id exists only in versions 7+ and is not ignorable")
     out += _I64.pack(self.retention_time_ms)
     out += INT32.pack(len(self.topics))
     for item in self.topics:
@@ -283,6 +296,8 @@ def _encode_offset_commit_request_v5(self: OffsetCommitRequest, out: bytearray) 
     write_string(out, self.group_id)
     out += _I32.pack(self.generation_id_or_member_epoch)
     write_string(out, self.member_id)
+    if self.group_instance_id is not None:
+        raise EncodeError("group_instance_id exists only in versions 7+ and is not ignorable")
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_offset_commit_request_topic_v0_v2_5(item, out)
@@ -305,6 +320,8 @@ def _encode_offset_commit_request_v6(self: OffsetCommitRequest, out: bytearray) 
     write_string(out, self.group_id)
     out += _I32.pack(self.generation_id_or_member_epoch)
     write_string(out, self.member_id)
+    if self.group_instance_id is not None:
+        raise EncodeError("group_instance_id exists only in versions 7+ and is not ignorable")
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_offset_commit_request_topic_v6_7(item, out)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -207,6 +208,10 @@ def _encode_offset_fetch_request_v0_1(self: OffsetFetchRequest, out: bytearray) 
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_offset_fetch_request_topic_v0_5(item, out)
+    if self.groups:
+        raise EncodeError("groups exists only in versions 8+ and is not ignorable")
+    if self.require_stable:
+        raise EncodeError("require_stable exists only in versions 7+ and is not ignorable")
 
 
 def _decode_offset_fetch_request_v0_1(buf: Buffer, pos: int) -> tuple[OffsetFetchRequest, int]:
@@ -227,6 +232,10 @@ def _encode_offset_fetch_request_v2_5(self: OffsetFetchRequest, out: bytearray) 
         out += INT32.pack(len(self.topics))
         for item in self.topics:
             _encode_offset_fetch_request_topic_v0_5(item, out)
+    if self.groups:
+        raise EncodeError("groups exists only in versions 8+ and is not ignorable")
+    if self.require_stable:
+        raise EncodeError("require_stable exists only in versions 7+ and is not ignorable")
 
 
 def _decode_offset_fetch_request_v2_5(buf: Buffer, pos: int) -> tuple[OffsetFetchRequest, int]:
@@ -249,6 +258,10 @@ def _encode_offset_fetch_request_v6(self: OffsetFetchRequest, out: bytearray) ->
         write_uvarint(out, len(self.topics) + 1)
         for item in self.topics:
             _encode_offset_fetch_request_topic_v6_7(item, out)
+    if self.groups:
+        raise EncodeError("groups exists only in versions 8+ and is not ignorable")
+    if self.require_stable:
+        raise EncodeError("require_stable exists only in versions 7+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -276,6 +289,8 @@ def _encode_offset_fetch_request_v7(self: OffsetFetchRequest, out: bytearray) ->
         write_uvarint(out, len(self.topics) + 1)
         for item in self.topics:
             _encode_offset_fetch_request_topic_v6_7(item, out)
+    if self.groups:
+        raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     out += _BOOL.pack(self.require_stable)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -299,6 +314,10 @@ def _decode_offset_fetch_request_v7(buf: Buffer, pos: int) -> tuple[OffsetFetchR
 
 
 def _encode_offset_fetch_request_v8(self: OffsetFetchRequest, out: bytearray) -> None:
+    if self.group_id:
+        raise EncodeError("group_id exists only in versions 0-7 and is not ignorable")
+    if self.topics:
+        raise EncodeError("topics exists only in versions 0-7 and is not ignorable")
     write_uvarint(out, len(self.groups) + 1)
     for item in self.groups:
         _encode_offset_fetch_request_group_v8(item, out)
@@ -322,6 +341,10 @@ def _decode_offset_fetch_request_v8(buf: Buffer, pos: int) -> tuple[OffsetFetchR
 
 
 def _encode_offset_fetch_request_v9(self: OffsetFetchRequest, out: bytearray) -> None:
+    if self.group_id:
+        raise EncodeError("group_id exists only in versions 0-7 and is not ignorable")
+    if self.topics:
+        raise EncodeError("topics exists only in versions 0-7 and is not ignorable")
     write_uvarint(out, len(self.groups) + 1)
     for item in self.groups:
         _encode_offset_fetch_request_group_v9(item, out)

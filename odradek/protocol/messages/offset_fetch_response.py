@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -305,6 +306,8 @@ def _encode_offset_fetch_response_v0_1(self: OffsetFetchResponse, out: bytearray
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_offset_fetch_response_topic_v0_4(item, out)
+    if self.groups:
+        raise EncodeError("groups exists only in versions 8+ and is not ignorable")
 
 
 def _decode_offset_fetch_response_v0_1(buf: Buffer, pos: int) -> tuple[OffsetFetchResponse, int]:
@@ -320,6 +323,8 @@ def _encode_offset_fetch_response_v2(self: OffsetFetchResponse, out: bytearray) 
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_offset_fetch_response_topic_v0_4(item, out)
+    if self.groups:
+        raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     out += _I16.pack(self.error_code)
 
 
@@ -339,6 +344,8 @@ def _encode_offset_fetch_response_v3_4(self: OffsetFetchResponse, out: bytearray
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_offset_fetch_response_topic_v0_4(item, out)
+    if self.groups:
+        raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     out += _I16.pack(self.error_code)
 
 
@@ -360,6 +367,8 @@ def _encode_offset_fetch_response_v5(self: OffsetFetchResponse, out: bytearray) 
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_offset_fetch_response_topic_v5(item, out)
+    if self.groups:
+        raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     out += _I16.pack(self.error_code)
 
 
@@ -381,6 +390,8 @@ def _encode_offset_fetch_response_v6_7(self: OffsetFetchResponse, out: bytearray
     write_uvarint(out, len(self.topics) + 1)
     for item in self.topics:
         _encode_offset_fetch_response_topic_v6_7(item, out)
+    if self.groups:
+        raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     out += _I16.pack(self.error_code)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -403,6 +414,8 @@ def _decode_offset_fetch_response_v6_7(buf: Buffer, pos: int) -> tuple[OffsetFet
 
 
 def _encode_offset_fetch_response_v8_9(self: OffsetFetchResponse, out: bytearray) -> None:
+    if self.topics:
+        raise EncodeError("topics exists only in versions 0-7 and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.groups) + 1)
     for item in self.groups:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -149,6 +150,8 @@ def _decode_topic_produce_data_v9_11(buf: Buffer, pos: int) -> tuple[TopicProduc
 
 
 def _encode_produce_request_v0_2(self: ProduceRequest, out: bytearray) -> None:
+    if self.transactional_id is not None:
+        raise EncodeError("transactional_id exists only in versions 3+ and is not ignorable")
     out += _I16_I32.pack(self.acks, self.timeout_ms)
     out += INT32.pack(len(self.topic_data))
     for item in self.topic_data:

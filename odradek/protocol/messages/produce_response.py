@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -177,6 +178,8 @@ def _decode_leader_id_and_epoch_v10_11(buf: Buffer, pos: int) -> tuple[LeaderIdA
 
 
 def _encode_partition_produce_response_v0_1(self: PartitionProduceResponse, out: bytearray) -> None:
+    if self.current_leader != LeaderIdAndEpoch():
+        raise EncodeError("current_leader exists only in versions 10+ and is not ignorable")
     out += _I32_I16_I64.pack(self.index, self.error_code, self.base_offset)
 
 
@@ -187,6 +190,8 @@ def _decode_partition_produce_response_v0_1(buf: Buffer, pos: int) -> tuple[Part
 
 
 def _encode_partition_produce_response_v2_4(self: PartitionProduceResponse, out: bytearray) -> None:
+    if self.current_leader != LeaderIdAndEpoch():
+        raise EncodeError("current_leader exists only in versions 10+ and is not ignorable")
     out += _I32_I16_I64_I64.pack(self.index, self.error_code, self.base_offset, self.log_append_time_ms)
 
 
@@ -197,6 +202,8 @@ def _decode_partition_produce_response_v2_4(buf: Buffer, pos: int) -> tuple[Part
 
 
 def _encode_partition_produce_response_v5_7(self: PartitionProduceResponse, out: bytearray) -> None:
+    if self.current_leader != LeaderIdAndEpoch():
+        raise EncodeError("current_leader exists only in versions 10+ and is not ignorable")
     out += _I32_I16_I64_I64_I64.pack(self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset)
 
 
@@ -212,6 +219,8 @@ def _encode_partition_produce_response_v8(self: PartitionProduceResponse, out: b
     for item in self.record_errors:
         _encode_batch_index_and_error_message_v8(item, out)
     write_nullable_string(out, self.error_message)
+    if self.current_leader != LeaderIdAndEpoch():
+        raise EncodeError("current_leader exists only in versions 10+ and is not ignorable")
 
 
 def _decode_partition_produce_response_v8(buf: Buffer, pos: int) -> tuple[PartitionProduceResponse, int]:
@@ -232,6 +241,8 @@ def _encode_partition_produce_response_v9(self: PartitionProduceResponse, out: b
     for item in self.record_errors:
         _encode_batch_index_and_error_message_v9_11(item, out)
     write_compact_nullable_string(out, self.error_message)
+    if self.current_leader != LeaderIdAndEpoch():
+        raise EncodeError("current_leader exists only in versions 10+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -428,6 +439,8 @@ def _encode_produce_response_v0(self: ProduceResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
     for item in self.responses:
         _encode_topic_produce_response_v0_1(item, out)
+    if self.node_endpoints:
+        raise EncodeError("node_endpoints exists only in versions 10+ and is not ignorable")
 
 
 def _decode_produce_response_v0(buf: Buffer, pos: int) -> tuple[ProduceResponse, int]:
@@ -443,6 +456,8 @@ def _encode_produce_response_v1(self: ProduceResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
     for item in self.responses:
         _encode_topic_produce_response_v0_1(item, out)
+    if self.node_endpoints:
+        raise EncodeError("node_endpoints exists only in versions 10+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
 
 
@@ -461,6 +476,8 @@ def _encode_produce_response_v2_4(self: ProduceResponse, out: bytearray) -> None
     out += INT32.pack(len(self.responses))
     for item in self.responses:
         _encode_topic_produce_response_v2_4(item, out)
+    if self.node_endpoints:
+        raise EncodeError("node_endpoints exists only in versions 10+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
 
 
@@ -479,6 +496,8 @@ def _encode_produce_response_v5_7(self: ProduceResponse, out: bytearray) -> None
     out += INT32.pack(len(self.responses))
     for item in self.responses:
         _encode_topic_produce_response_v5_7(item, out)
+    if self.node_endpoints:
+        raise EncodeError("node_endpoints exists only in versions 10+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
 
 
@@ -497,6 +516,8 @@ def _encode_produce_response_v8(self: ProduceResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
     for item in self.responses:
         _encode_topic_produce_response_v8(item, out)
+    if self.node_endpoints:
+        raise EncodeError("node_endpoints exists only in versions 10+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
 
 
@@ -515,6 +536,8 @@ def _encode_produce_response_v9(self: ProduceResponse, out: bytearray) -> None:
     write_uvarint(out, len(self.responses) + 1)
     for item in self.responses:
         _encode_topic_produce_response_v9(item, out)
+    if self.node_endpoints:
+        raise EncodeError("node_endpoints exists only in versions 10+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)

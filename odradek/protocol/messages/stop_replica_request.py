@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -192,10 +193,16 @@ def _decode_stop_replica_topic_state_v3_4(buf: Buffer, pos: int) -> tuple[StopRe
 
 
 def _encode_stop_replica_request_v0(self: StopReplicaRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 4+ and is not ignorable")
     out += _I32_I32_BOOL.pack(self.controller_id, self.controller_epoch, self.delete_partitions)
     out += INT32.pack(len(self.ungrouped_partitions))
     for item in self.ungrouped_partitions:
         _encode_stop_replica_partition_v0_v0(item, out)
+    if self.topics:
+        raise EncodeError("topics exists only in versions 1-2 and is not ignorable")
+    if self.topic_states:
+        raise EncodeError("topic_states exists only in versions 3+ and is not ignorable")
 
 
 def _decode_stop_replica_request_v0(buf: Buffer, pos: int) -> tuple[StopReplicaRequest, int]:
@@ -210,10 +217,16 @@ def _decode_stop_replica_request_v0(buf: Buffer, pos: int) -> tuple[StopReplicaR
 
 
 def _encode_stop_replica_request_v1(self: StopReplicaRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 4+ and is not ignorable")
+    if self.ungrouped_partitions:
+        raise EncodeError("ungrouped_partitions exists only in versions 0 and is not ignorable")
     out += _I32_I32_I64_BOOL.pack(self.controller_id, self.controller_epoch, self.broker_epoch, self.delete_partitions)
     out += INT32.pack(len(self.topics))
     for item in self.topics:
         _encode_stop_replica_topic_v1_v1(item, out)
+    if self.topic_states:
+        raise EncodeError("topic_states exists only in versions 3+ and is not ignorable")
 
 
 def _decode_stop_replica_request_v1(buf: Buffer, pos: int) -> tuple[StopReplicaRequest, int]:
@@ -228,10 +241,16 @@ def _decode_stop_replica_request_v1(buf: Buffer, pos: int) -> tuple[StopReplicaR
 
 
 def _encode_stop_replica_request_v2(self: StopReplicaRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 4+ and is not ignorable")
+    if self.ungrouped_partitions:
+        raise EncodeError("ungrouped_partitions exists only in versions 0 and is not ignorable")
     out += _I32_I32_I64_BOOL.pack(self.controller_id, self.controller_epoch, self.broker_epoch, self.delete_partitions)
     write_uvarint(out, len(self.topics) + 1)
     for item in self.topics:
         _encode_stop_replica_topic_v1_v2(item, out)
+    if self.topic_states:
+        raise EncodeError("topic_states exists only in versions 3+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -251,6 +270,14 @@ def _decode_stop_replica_request_v2(buf: Buffer, pos: int) -> tuple[StopReplicaR
 
 
 def _encode_stop_replica_request_v3(self: StopReplicaRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 4+ and is not ignorable")
+    if self.delete_partitions:
+        raise EncodeError("delete_partitions exists only in versions 0-2 and is not ignorable")
+    if self.ungrouped_partitions:
+        raise EncodeError("ungrouped_partitions exists only in versions 0 and is not ignorable")
+    if self.topics:
+        raise EncodeError("topics exists only in versions 1-2 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     write_uvarint(out, len(self.topic_states) + 1)
     for item in self.topic_states:
@@ -274,6 +301,12 @@ def _decode_stop_replica_request_v3(buf: Buffer, pos: int) -> tuple[StopReplicaR
 
 
 def _encode_stop_replica_request_v4(self: StopReplicaRequest, out: bytearray) -> None:
+    if self.delete_partitions:
+        raise EncodeError("delete_partitions exists only in versions 0-2 and is not ignorable")
+    if self.ungrouped_partitions:
+        raise EncodeError("ungrouped_partitions exists only in versions 0 and is not ignorable")
+    if self.topics:
+        raise EncodeError("topics exists only in versions 1-2 and is not ignorable")
     out += _I32_BOOL_I32_I64.pack(self.controller_id, self.is_k_raft_controller, self.controller_epoch, self.broker_epoch)
     write_uvarint(out, len(self.topic_states) + 1)
     for item in self.topic_states:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -104,6 +105,8 @@ def _encode_sync_group_request_v0_2(self: SyncGroupRequest, out: bytearray) -> N
     write_string(out, self.group_id)
     out += _I32.pack(self.generation_id)
     write_string(out, self.member_id)
+    if self.group_instance_id is not None:
+        raise EncodeError("group_instance_id exists only in versions 3+ and is not ignorable")
     out += INT32.pack(len(self.assignments))
     for item in self.assignments:
         _encode_sync_group_request_assignment_v0_3(item, out)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -111,6 +112,10 @@ def _decode_partitions_schema_v1(buf: Buffer, pos: int) -> tuple[PartitionsSchem
 
 
 def _encode_transaction_log_value_v0(self: TransactionLogValue, out: bytearray) -> None:
+    if self.previous_producer_id != -1:
+        raise EncodeError("previous_producer_id exists only in versions 1+ and is not ignorable")
+    if self.next_producer_id != -1:
+        raise EncodeError("next_producer_id exists only in versions 1+ and is not ignorable")
     out += _I64_I16_I32_I8.pack(self.producer_id, self.producer_epoch, self.transaction_timeout_ms, self.transaction_status)
     if self.transaction_partitions is None:
         out += NULL_INT32
@@ -118,6 +123,8 @@ def _encode_transaction_log_value_v0(self: TransactionLogValue, out: bytearray) 
         out += INT32.pack(len(self.transaction_partitions))
         for item in self.transaction_partitions:
             _encode_partitions_schema_v0(item, out)
+    if self.client_transaction_version != 0:
+        raise EncodeError("client_transaction_version exists only in versions 1+ and is not ignorable")
     out += _I64_I64.pack(self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms)
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -190,6 +191,12 @@ def _decode_txn_offset_commit_request_topic_v3_4(buf: Buffer, pos: int) -> tuple
 def _encode_txn_offset_commit_request_v0_1(self: TxnOffsetCommitRequest, out: bytearray) -> None:
     write_string(out, self.transactional_id)
     write_string(out, self.group_id)
+    if self.generation_id != -1:
+        raise EncodeError("generation_id exists only in versions 3+ and is not ignorable")
+    if self.member_id:
+        raise EncodeError("member_id exists only in versions 3+ and is not ignorable")
+    if self.group_instance_id is not None:
+        raise EncodeError("group_instance_id exists only in versions 3+ and is not ignorable")
     out += _I64_I16.pack(self.producer_id, self.producer_epoch)
     out += INT32.pack(len(self.topics))
     for item in self.topics:
@@ -212,6 +219,12 @@ def _decode_txn_offset_commit_request_v0_1(buf: Buffer, pos: int) -> tuple[TxnOf
 def _encode_txn_offset_commit_request_v2(self: TxnOffsetCommitRequest, out: bytearray) -> None:
     write_string(out, self.transactional_id)
     write_string(out, self.group_id)
+    if self.generation_id != -1:
+        raise EncodeError("generation_id exists only in versions 3+ and is not ignorable")
+    if self.member_id:
+        raise EncodeError("member_id exists only in versions 3+ and is not ignorable")
+    if self.group_instance_id is not None:
+        raise EncodeError("group_instance_id exists only in versions 3+ and is not ignorable")
     out += _I64_I16.pack(self.producer_id, self.producer_epoch)
     out += INT32.pack(len(self.topics))
     for item in self.topics:

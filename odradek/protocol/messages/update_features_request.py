@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     Buffer,
@@ -62,6 +63,8 @@ class UpdateFeaturesRequest(Message):
 
 def _encode_feature_update_key_v0(self: FeatureUpdateKey, out: bytearray) -> None:
     write_compact_string(out, self.feature)
+    if self.upgrade_type != 1:
+        raise EncodeError("upgrade_type exists only in versions 1+ and is not ignorable")
     out += _I16_BOOL.pack(self.max_version_level, self.allow_downgrade)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -79,6 +82,8 @@ def _decode_feature_update_key_v0(buf: Buffer, pos: int) -> tuple[FeatureUpdateK
 
 def _encode_feature_update_key_v1_2(self: FeatureUpdateKey, out: bytearray) -> None:
     write_compact_string(out, self.feature)
+    if self.allow_downgrade:
+        raise EncodeError("allow_downgrade exists only in versions 0 and is not ignorable")
     out += _I16_I8.pack(self.max_version_level, self.upgrade_type)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -99,6 +104,8 @@ def _encode_update_features_request_v0(self: UpdateFeaturesRequest, out: bytearr
     write_uvarint(out, len(self.feature_updates) + 1)
     for item in self.feature_updates:
         _encode_feature_update_key_v0(item, out)
+    if self.validate_only:
+        raise EncodeError("validate_only exists only in versions 1+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:

@@ -8,6 +8,7 @@ from struct import Struct, pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.message import Message
 from odradek.protocol.primitives import (
     INT32,
@@ -477,10 +478,16 @@ def _decode_update_metadata_broker_v6_8(buf: Buffer, pos: int) -> tuple[UpdateMe
 
 
 def _encode_update_metadata_request_v0(self: UpdateMetadataRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 8+ and is not ignorable")
+    if self.type != 0:
+        raise EncodeError("type exists only in versions 8+ and is not ignorable")
     out += _I32_I32.pack(self.controller_id, self.controller_epoch)
     out += INT32.pack(len(self.ungrouped_partition_states))
     for item in self.ungrouped_partition_states:
         _encode_update_metadata_partition_state_v0_3(item, out)
+    if self.topic_states:
+        raise EncodeError("topic_states exists only in versions 5+ and is not ignorable")
     out += INT32.pack(len(self.live_brokers))
     for item in self.live_brokers:
         _encode_update_metadata_broker_v0(item, out)
@@ -503,10 +510,16 @@ def _decode_update_metadata_request_v0(buf: Buffer, pos: int) -> tuple[UpdateMet
 
 
 def _encode_update_metadata_request_v1(self: UpdateMetadataRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 8+ and is not ignorable")
+    if self.type != 0:
+        raise EncodeError("type exists only in versions 8+ and is not ignorable")
     out += _I32_I32.pack(self.controller_id, self.controller_epoch)
     out += INT32.pack(len(self.ungrouped_partition_states))
     for item in self.ungrouped_partition_states:
         _encode_update_metadata_partition_state_v0_3(item, out)
+    if self.topic_states:
+        raise EncodeError("topic_states exists only in versions 5+ and is not ignorable")
     out += INT32.pack(len(self.live_brokers))
     for item in self.live_brokers:
         _encode_update_metadata_broker_v1(item, out)
@@ -529,10 +542,16 @@ def _decode_update_metadata_request_v1(buf: Buffer, pos: int) -> tuple[UpdateMet
 
 
 def _encode_update_metadata_request_v2(self: UpdateMetadataRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 8+ and is not ignorable")
+    if self.type != 0:
+        raise EncodeError("type exists only in versions 8+ and is not ignorable")
     out += _I32_I32.pack(self.controller_id, self.controller_epoch)
     out += INT32.pack(len(self.ungrouped_partition_states))
     for item in self.ungrouped_partition_states:
         _encode_update_metadata_partition_state_v0_3(item, out)
+    if self.topic_states:
+        raise EncodeError("topic_states exists only in versions 5+ and is not ignorable")
     out += INT32.pack(len(self.live_brokers))
     for item in self.live_brokers:
         _encode_update_metadata_broker_v2(item, out)
@@ -555,10 +574,16 @@ def _decode_update_metadata_request_v2(buf: Buffer, pos: int) -> tuple[UpdateMet
 
 
 def _encode_update_metadata_request_v3(self: UpdateMetadataRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 8+ and is not ignorable")
+    if self.type != 0:
+        raise EncodeError("type exists only in versions 8+ and is not ignorable")
     out += _I32_I32.pack(self.controller_id, self.controller_epoch)
     out += INT32.pack(len(self.ungrouped_partition_states))
     for item in self.ungrouped_partition_states:
         _encode_update_metadata_partition_state_v0_3(item, out)
+    if self.topic_states:
+        raise EncodeError("topic_states exists only in versions 5+ and is not ignorable")
     out += INT32.pack(len(self.live_brokers))
     for item in self.live_brokers:
         _encode_update_metadata_broker_v3_5(item, out)
@@ -581,10 +606,16 @@ def _decode_update_metadata_request_v3(buf: Buffer, pos: int) -> tuple[UpdateMet
 
 
 def _encode_update_metadata_request_v4(self: UpdateMetadataRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 8+ and is not ignorable")
+    if self.type != 0:
+        raise EncodeError("type exists only in versions 8+ and is not ignorable")
     out += _I32_I32.pack(self.controller_id, self.controller_epoch)
     out += INT32.pack(len(self.ungrouped_partition_states))
     for item in self.ungrouped_partition_states:
         _encode_update_metadata_partition_state_v4(item, out)
+    if self.topic_states:
+        raise EncodeError("topic_states exists only in versions 5+ and is not ignorable")
     out += INT32.pack(len(self.live_brokers))
     for item in self.live_brokers:
         _encode_update_metadata_broker_v3_5(item, out)
@@ -607,6 +638,12 @@ def _decode_update_metadata_request_v4(buf: Buffer, pos: int) -> tuple[UpdateMet
 
 
 def _encode_update_metadata_request_v5(self: UpdateMetadataRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 8+ and is not ignorable")
+    if self.type != 0:
+        raise EncodeError("type exists only in versions 8+ and is not ignorable")
+    if self.ungrouped_partition_states:
+        raise EncodeError("ungrouped_partition_states exists only in versions 0-4 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     out += INT32.pack(len(self.topic_states))
     for item in self.topic_states:
@@ -633,6 +670,12 @@ def _decode_update_metadata_request_v5(buf: Buffer, pos: int) -> tuple[UpdateMet
 
 
 def _encode_update_metadata_request_v6(self: UpdateMetadataRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 8+ and is not ignorable")
+    if self.type != 0:
+        raise EncodeError("type exists only in versions 8+ and is not ignorable")
+    if self.ungrouped_partition_states:
+        raise EncodeError("ungrouped_partition_states exists only in versions 0-4 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     write_uvarint(out, len(self.topic_states) + 1)
     for item in self.topic_states:
@@ -664,6 +707,12 @@ def _decode_update_metadata_request_v6(buf: Buffer, pos: int) -> tuple[UpdateMet
 
 
 def _encode_update_metadata_request_v7(self: UpdateMetadataRequest, out: bytearray) -> None:
+    if self.is_k_raft_controller:
+        raise EncodeError("is_k_raft_controller exists only in versions 8+ and is not ignorable")
+    if self.type != 0:
+        raise EncodeError("type exists only in versions 8+ and is not ignorable")
+    if self.ungrouped_partition_states:
+        raise EncodeError("ungrouped_partition_states exists only in versions 0-4 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     write_uvarint(out, len(self.topic_states) + 1)
     for item in self.topic_states:
@@ -695,6 +744,8 @@ def _decode_update_metadata_request_v7(buf: Buffer, pos: int) -> tuple[UpdateMet
 
 
 def _encode_update_metadata_request_v8(self: UpdateMetadataRequest, out: bytearray) -> None:
+    if self.ungrouped_partition_states:
+        raise EncodeError("ungrouped_partition_states exists only in versions 0-4 and is not ignorable")
     out += _I32_BOOL_I32_I64.pack(self.controller_id, self.is_k_raft_controller, self.controller_epoch, self.broker_epoch)
     write_uvarint(out, len(self.topic_states) + 1)
     for item in self.topic_states:
