@@ -7,6 +7,7 @@ import pytest
 from odradek.cli.main import main as odradek
 from odradek.protocol.api_keys import API_SPECS, ApiKey
 from odradek.protocol.errors import ErrorCode
+from odradek.protocol.exceptions import EncodeError
 from odradek.protocol.framing import (
     decode_request,
     decode_request_header,
@@ -17,6 +18,7 @@ from odradek.protocol.framing import (
 from odradek.protocol.messages.api_versions_request import ApiVersionsRequest
 from odradek.protocol.messages.api_versions_response import ApiVersionsResponse
 from odradek.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
+from odradek.protocol.messages.fetch_request import FetchRequest, ForgottenTopic
 from odradek.protocol.messages.metadata_request import MetadataRequest
 from odradek.protocol.messages.metadata_response import MetadataResponse
 
@@ -81,9 +83,6 @@ def test_cli_reports_undecodable_frames(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_a_field_the_version_lacks_must_keep_its_default_unless_ignorable() -> None:
-    from odradek.protocol.exceptions import EncodeError
-    from odradek.protocol.messages.fetch_request import FetchRequest, ForgottenTopic
-
     with pytest.raises(EncodeError, match="forgotten_topics_data exists only in versions 7"):
         FetchRequest(forgotten_topics_data=[ForgottenTopic(topic="t")]).encode(6)
     # max_bytes (3+) is ignorable: an older version drops it, as Kafka does.
