@@ -1,0 +1,1 @@
+"""Test-only helpers: fake peers and fixtures shared by the test modules."""
