@@ -496,30 +496,15 @@ def decode_varint(buf: Buffer, pos: int) -> tuple[int, int]:
 
     Bits past 32 in a fifth byte are dropped, as Java's ByteUtils.readVarint does.
     """
-    try:
-        b = buf[pos]
-        if b < 0x80:
-            return (b >> 1) ^ -(b & 1), pos + 1
-        value = b & 0x7F
-        shift = 7
-        pos += 1
-        while True:
-            b = buf[pos]
-            pos += 1
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                break
-            shift += 7
-            if shift > 28:
-                raise CorruptRecordError("varint is longer than 5 bytes")
-    except IndexError:
-        raise CorruptRecordError("truncated varint") from None
-    value &= 0xFFFFFFFF
-    return (value >> 1) ^ -(value & 1), pos
+    return _decode_zigzag(buf, pos, 32, "varint")
 
 
 def decode_varlong(buf: Buffer, pos: int) -> tuple[int, int]:
     """(value, next position) of the zigzag varlong at pos; at most 10 bytes."""
+    return _decode_zigzag(buf, pos, 64, "varlong")
+
+
+def _decode_zigzag(buf: Buffer, pos: int, bits: int, what: str) -> tuple[int, int]:
     try:
         b = buf[pos]
         if b < 0x80:
@@ -534,11 +519,11 @@ def decode_varlong(buf: Buffer, pos: int) -> tuple[int, int]:
             if b < 0x80:
                 break
             shift += 7
-            if shift > 63:
-                raise CorruptRecordError("varlong is longer than 10 bytes")
+            if shift >= bits:
+                raise CorruptRecordError(f"{what} is longer than {(bits + 6) // 7} bytes")
     except IndexError:
-        raise CorruptRecordError("truncated varlong") from None
-    value &= 0xFFFFFFFFFFFFFFFF
+        raise CorruptRecordError(f"truncated {what}") from None
+    value &= (1 << bits) - 1
     return (value >> 1) ^ -(value & 1), pos
 
 
