@@ -155,7 +155,7 @@ def bench_produce() -> None:
     row("decode from the frame (batch stays in place)", per_call(decode), "",
         "no copy of the batch")
     row("encode", per_call(lambda: request.encode(11)), "",
-        "one copy of the batch into the frame")
+        "copies the batch into the new frame")
     row("machine: one memory copy of the frame", copy)
 
 
