@@ -8,10 +8,14 @@ the connection) without guessing. Each class names the Kafka error code it maps 
 from __future__ import annotations
 
 
-class ProtocolError(Exception):
-    """Base of all codec errors. `error_code` is the Kafka error code it maps to."""
+class KafkaError(Exception):
+    """An error that has a Kafka error code: what the wire, the logs and the CLI report."""
 
     error_code: int = -1  # UNKNOWN_SERVER_ERROR
+
+
+class ProtocolError(KafkaError):
+    """Base of all codec errors. `error_code` is the Kafka error code it maps to."""
 
 
 class DecodeError(ProtocolError):
