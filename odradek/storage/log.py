@@ -1,0 +1,618 @@
+"""Log: one partition's segmented log (Kafka's UnifiedLog and LocalLog in one).
+
+Appends validate each batch's header and CRC, assign offsets by rewriting baseOffset in
+the caller's buffer, and write the bytes as they came. Reads return FileSlices. Retention
+deletes whole segments; deleted files are renamed `.deleted` and removed after
+file.delete.delay.ms. Opening a log after an unclean shutdown re-validates every segment
+from the recovery point on and cuts the log at the first torn or corrupt batch.
+
+Thread safety: appends, rolls and segment changes hold the log's lock; reads take a
+snapshot of the segment list and then read files without it, as appends only ever add
+bytes after what a reader can see.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from odradek.protocol.exceptions import CorruptRecordError
+from odradek.protocol.records import (
+    Record,
+    RecordBatchHeader,
+    assign_offsets,
+    decode_records,
+    iter_batch_headers,
+    set_log_append_time,
+    validate_batch,
+)
+from odradek.storage.config import LogConfig
+from odradek.storage.errors import (
+    InvalidTimestampError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    StorageError,
+)
+from odradek.storage.index import NO_TIMESTAMP
+from odradek.storage.segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    SWAP_SUFFIX,
+    FileSlice,
+    LogSegment,
+)
+
+Clock = Callable[[], int]  # milliseconds since the epoch
+
+# ListOffsets' special timestamps.
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)((?:\.deleted|\.cleaned|\.swap)?)$")
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+
+
+def system_clock() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def parse_partition_dir(name: str) -> tuple[str, int]:
+    """`events-3` -> ("events", 3): Kafka's <topic>-<partition> directory names."""
+    match = _PARTITION_DIR.match(name)
+    if match is None:
+        raise StorageError(f"{name!r} is not a <topic>-<partition> log directory")
+    return match.group(1), int(match.group(2))
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    valid_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchDataInfo:
+    fetch_offset: int
+    slices: list[FileSlice]
+
+    @property
+    def size(self) -> int:
+        return sum(s.length for s in self.slices)
+
+    def read(self) -> bytes:
+        return b"".join(s.read() for s in self.slices)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    """What describe-log-dirs style views show of a segment: why it is (not) deleted."""
+
+    base_offset: int
+    size: int
+    largest_timestamp: int
+    active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampAndOffset:
+    timestamp: int
+    offset: int
+
+
+class Log:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        segments: list[LogSegment],
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        clock: Clock,
+    ) -> None:
+        self.directory = directory
+        self.topic, self.partition = parse_partition_dir(directory.name)
+        self.config = config
+        self.clock = clock
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self.log_start_offset = max(log_start_offset, segments[0].base_offset)
+        self.recovery_point = recovery_point
+        self._log_end_offset: int | None = None  # found on first use: opening stays cheap
+        self._lock = threading.RLock()
+        self._unflushed_messages = 0
+        self.last_flush_ms = clock()
+        # (due time, segment) of segments renamed .deleted, removed after the delay.
+        self._pending_deletions: list[tuple[int, LogSegment]] = []
+
+    # ---- opening ----------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        log_start_offset: int = 0,
+        recovery_point: int = 0,
+        clean_shutdown: bool = True,
+        clock: Clock = system_clock,
+    ) -> Log:
+        """Loads (or creates) the log in `directory`; after an unclean shutdown, recovers
+        every segment from the one holding the recovery point on."""
+        directory.mkdir(parents=True, exist_ok=True)
+        _complete_interrupted_operations(directory, config)
+        bases = sorted(
+            int(m.group(1))
+            for name in os.listdir(directory)
+            if (m := _SEGMENT_FILE.match(name)) and m.group(2) == "log" and not m.group(3)
+        )
+        now = clock()
+        created = not bases
+        if created:
+            bases = [log_start_offset]
+        segments = [
+            _segment(directory, base, config, active=(i == len(bases) - 1), now=now)
+            for i, base in enumerate(bases)
+        ]
+        if created:
+            segments[0].create()
+        log = cls(directory, config, segments, log_start_offset=log_start_offset,
+                  recovery_point=recovery_point, clock=clock)
+        if not clean_shutdown:
+            log._recover()
+        return log
+
+    def _recover(self) -> None:
+        """Re-validates segments past the recovery point; drops everything after the first
+        torn or corrupt batch (later segments included)."""
+        start = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+        expected = None
+        for i in range(start, len(self._segments)):
+            segment = self._segments[i]
+            truncated = segment.recover(expected)
+            expected = segment.next_offset() if segment.size else expected
+            if i < len(self._segments) - 1:
+                segment.offset_index.trim_to_valid_size()
+                segment.time_index.trim_to_valid_size()
+            if truncated:
+                for later in self._segments[i + 1 :]:
+                    later.delete_files()
+                del self._segments[i + 1 :]
+                del self._bases[i + 1 :]
+                break
+        active = self._segments[-1]
+        active.offset_index.make_writable()
+        active.time_index.make_writable()
+        self._log_end_offset = None
+        self.recovery_point = self.log_end_offset
+        self.flush()
+
+    # ---- state ------------------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        if self._log_end_offset is None:
+            with self._lock:
+                self._log_end_offset = self._segments[-1].next_offset()
+        return self._log_end_offset
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    def segments(self) -> list[LogSegment]:
+        with self._lock:
+            return list(self._segments)
+
+    def segment_infos(self) -> list[SegmentInfo]:
+        segments = self.segments()
+        return [
+            SegmentInfo(s.base_offset, s.size, s.largest_timestamp, s is segments[-1])
+            for s in segments
+        ]
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments())
+
+    # ---- appends ----------------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Validates client batches, assigns their offsets (in place when `records` is
+        writable) and appends them. A rejected request changes nothing."""
+        buf = memoryview(records)
+        if buf.readonly:
+            buf = memoryview(bytearray(buf))
+        batches = self._validate(buf, from_client=True)
+        with self._lock:
+            now = self.clock()
+            first = offset = self.log_end_offset
+            append_time = now if self.config.message_timestamp_type == "LogAppendTime" else -1
+            for pos, header in batches:
+                assign_offsets(buf, pos, offset)
+                offset += header.last_offset_delta + 1
+                if append_time >= 0:
+                    set_log_append_time(buf, pos, append_time)
+            return self._append(buf, first, now, append_time)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Appends batches whose offsets a leader assigned (replication, recovery tools)."""
+        buf = memoryview(records)
+        batches = self._validate(buf, from_client=False)
+        with self._lock:
+            first = batches[0][1].base_offset
+            if first < self.log_end_offset:
+                raise StorageError(
+                    f"{self.name}: follower append at {first} is below the log end offset "
+                    f"{self.log_end_offset}"
+                )
+            return self._append(buf, first, self.clock(), -1)
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def _validate(self, buf: memoryview, from_client: bool) -> list[tuple[int, RecordBatchHeader]]:
+        batches = list(iter_batch_headers(buf))
+        if not batches:
+            raise CorruptRecordError("the request carries no record batch")
+        config = self.config
+        now = self.clock()
+        previous_last = -1
+        for pos, header in batches:
+            if header.size_in_bytes > config.max_message_bytes:
+                raise MessageTooLargeError(
+                    f"record batch of {header.size_in_bytes} bytes is larger than "
+                    f"max.message.bytes={config.max_message_bytes} of {self.name}"
+                )
+            validate_batch(buf, pos, header, from_client=from_client)
+            if not from_client:
+                if header.base_offset <= previous_last:
+                    raise CorruptRecordError(f"offsets go backwards at {header.base_offset}")
+                previous_last = header.last_offset
+            elif config.message_timestamp_type == "CreateTime":
+                self._check_timestamp(header, now)
+        if len(buf) > config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"{len(buf)} bytes of batches cannot fit a segment of "
+                f"segment.bytes={config.segment_bytes}"
+            )
+        return batches
+
+    def _check_timestamp(self, header: RecordBatchHeader, now: int) -> None:
+        config = self.config
+        for ts in (header.base_timestamp, header.max_timestamp):
+            if ts == NO_TIMESTAMP:
+                continue
+            if now - ts > config.message_timestamp_before_max_ms or (
+                ts - now > config.message_timestamp_after_max_ms
+            ):
+                raise InvalidTimestampError(
+                    f"timestamp {ts} is out of range of the broker's clock ({now}) for "
+                    f"{self.name} (message.timestamp.before/after.max.ms)"
+                )
+
+    def _append(self, buf: memoryview, first: int, now: int, append_time: int) -> LogAppendInfo:
+        batches = [(pos, RecordBatchHeader.parse(buf, pos)) for pos, _ in iter_batch_headers(buf)]
+        last = batches[-1][1].last_offset
+        segment = self._maybe_roll(len(buf), last, now)
+        segment.append(buf, batches)
+        self._log_end_offset = last + 1
+        self._unflushed_messages += sum(h.records_count for _, h in batches)
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        max_ts, offset_of_max = max(
+            ((h.max_timestamp, h.last_offset) for _, h in batches), key=lambda t: t[0]
+        )
+        return LogAppendInfo(
+            first_offset=first, last_offset=last, max_timestamp=max_ts,
+            offset_of_max_timestamp=offset_of_max, log_append_time=append_time,
+            log_start_offset=self.log_start_offset, valid_bytes=len(buf),
+        )
+
+    def _maybe_roll(self, size: int, last_offset: int, now: int) -> LogSegment:
+        segment = self._segments[-1]
+        roll_ms = self.config.segment_ms - self._jitter()
+        if segment.should_roll(size, last_offset, now, self.config.segment_bytes, roll_ms):
+            segment = self.roll(now)
+        return segment
+
+    def _jitter(self) -> int:
+        # segment.jitter.ms: a per-partition fraction, so partitions do not all roll at once.
+        jitter = self.config.segment_jitter_ms
+        return (hash(self.name) % jitter) if jitter > 0 else 0
+
+    def roll(self, now: int | None = None) -> LogSegment:
+        """Closes the active segment (last time index entry, trimmed indexes, fsync) and
+        starts a new one at the log end offset. An empty active segment is kept."""
+        with self._lock:
+            active = self._segments[-1]
+            if active.size == 0:
+                return active
+            new_base = self.log_end_offset
+            active.on_become_inactive()
+            active.flush()
+            now = self.clock() if now is None else now
+            segment = _segment(self.directory, new_base, self.config, active=True, now=now)
+            if segment.log_path.exists():
+                raise StorageError(f"{segment.log_path} exists already: cannot roll {self.name}")
+            segment.create()
+            self._segments.append(segment)
+            self._bases.append(new_base)
+            return segment
+
+    def flush(self) -> None:
+        """fsync everything past the recovery point, which then moves to the log end."""
+        with self._lock:
+            end = self.log_end_offset
+            start = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+            for segment in self._segments[start:]:
+                segment.flush()
+            self.recovery_point = end
+            self._unflushed_messages = 0
+            self.last_flush_ms = self.clock()
+
+    def flush_if_due(self, now: int) -> bool:
+        """flush.ms: fsync when the last flush is that old and there is something to flush."""
+        due = now - self.last_flush_ms >= self.config.flush_ms
+        if due and self.recovery_point < self.log_end_offset:
+            self.flush()
+            return True
+        return False
+
+    # ---- reads ------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_message: bool = True) -> FetchDataInfo:
+        """Batches from the one holding `offset`, up to max_bytes (the first batch whole
+        when min_one_message), none at or beyond max_offset (e.g. the high watermark)."""
+        with self._lock:
+            segments = list(self._segments)
+            bases = list(self._bases)
+            end = self.log_end_offset
+            start_offset = self.log_start_offset
+        if offset < start_offset or offset > end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.name}: [{start_offset}, {end}]"
+            )
+        limit = end if max_offset is None else min(max_offset, end)
+        if offset >= limit:
+            return FetchDataInfo(offset, [])
+        i = max(0, bisect.bisect_right(bases, offset) - 1)
+        for segment in segments[i:]:
+            max_position = None
+            next_base = bases[segments.index(segment) + 1] if segment is not segments[-1] else None
+            if next_base is None or limit < next_base:
+                bound = segment.translate_offset(limit)
+                max_position = segment.size if bound is None else bound.position
+            found = segment.read(offset, max_bytes, max_position, min_one_message)
+            if found is not None and found.length > 0:
+                return FetchDataInfo(offset, [found])
+            if max_position is not None:
+                break
+        return FetchDataInfo(offset, [])
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """ListOffsets: earliest (-2), latest (-1), max timestamp (-3), or the first record
+        whose timestamp is >= `timestamp`; None when no record is that late."""
+        if timestamp == EARLIEST_TIMESTAMP:
+            return TimestampAndOffset(NO_TIMESTAMP, self.log_start_offset)
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampAndOffset(NO_TIMESTAMP, self.log_end_offset)
+        segments = self.segments()
+        if timestamp == MAX_TIMESTAMP:
+            best = max(segments, key=lambda s: s.max_timestamp_and_offset()[0])
+            timestamp = best.max_timestamp_and_offset()[0]
+            if timestamp == NO_TIMESTAMP:
+                return None
+            segments = [best]
+        for segment in segments:
+            if segment.max_timestamp_and_offset()[0] >= timestamp:
+                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
+                    return TimestampAndOffset(*found)
+        return None
+
+    def read_records(self, offset: int, max_bytes: int = 1 << 20) -> list[Record]:
+        """Decoded records from `offset` on: for tools and tests, not the fetch path."""
+        data = self.read(offset, max_bytes).read()
+        out: list[Record] = []
+        for pos, header in iter_batch_headers(data, allow_partial=True):
+            out += [r for r in decode_records(data, pos, header) if r.offset >= offset]
+        return out
+
+    # ---- retention --------------------------------------------------------------------
+
+    def maybe_increment_log_start_offset(self, offset: int) -> None:
+        """DeleteRecords: records below `offset` become unreadable at once; their segments
+        go at the next retention pass."""
+        with self._lock:
+            if offset > self.log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"cannot move the log start of {self.name} to {offset}, beyond the log "
+                    f"end offset {self.log_end_offset}"
+                )
+            self.log_start_offset = max(self.log_start_offset, offset)
+
+    def delete_old_segments(self, now: int | None = None) -> list[int]:
+        """Deletes whole segments that retention.ms, retention.bytes or the log start offset
+        no longer keep. Returns their base offsets."""
+        with self._lock:
+            now = self.clock() if now is None else now
+            count = self._deletable_prefix(now)
+            if count == 0:
+                return []
+            if count == len(self._segments):
+                if self.active_segment.size == 0:
+                    count -= 1  # an empty active segment has nothing to delete
+                else:
+                    self.roll(now)  # never leave the log without a segment
+            deleted = self._segments[:count]
+            del self._segments[:count]
+            del self._bases[:count]
+            for segment in deleted:
+                segment.rename_suffix("", DELETED_SUFFIX)
+                self._pending_deletions.append((now + self.config.file_delete_delay_ms, segment))
+            self.log_start_offset = max(self.log_start_offset, self._bases[0])
+            self.recovery_point = max(self.recovery_point, self._bases[0])
+            return [s.base_offset for s in deleted]
+
+    def _deletable_prefix(self, now: int) -> int:
+        segments = self._segments
+        count = 0
+        # Below the log start offset: the next segment starts at or before it.
+        while count < len(segments) - 1 and self._bases[count + 1] <= self.log_start_offset:
+            count += 1
+        if not self.config.delete:
+            return count
+        retention_ms = self.config.retention_ms
+        if retention_ms >= 0:
+            by_time = 0
+            while (
+                by_time < len(segments)
+                and now - segments[by_time].largest_timestamp > retention_ms
+            ):
+                by_time += 1
+            count = max(count, by_time)
+        retention_bytes = self.config.retention_bytes
+        if retention_bytes >= 0:
+            excess = sum(s.size for s in segments) - retention_bytes
+            by_size = 0
+            while by_size < len(segments) and excess - segments[by_size].size >= 0:
+                excess -= segments[by_size].size
+                by_size += 1
+            count = max(count, by_size)
+        return count
+
+    def delete_pending_files(self, now: int) -> int:
+        """Removes .deleted files whose file.delete.delay.ms has passed."""
+        with self._lock:
+            due = [s for t, s in self._pending_deletions if t <= now]
+            self._pending_deletions = [(t, s) for t, s in self._pending_deletions if t > now]
+        for segment in due:
+            segment.delete_files()
+        return len(due)
+
+    # ---- truncation and replacement ---------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Removes everything at and after `offset` (a follower diverging from its leader)."""
+        with self._lock:
+            if offset >= self.log_end_offset:
+                return
+            if offset <= self._bases[0]:
+                self.truncate_fully_and_start_at(offset)
+                return
+            while self._bases[-1] >= offset:
+                self._segments.pop().delete_files()
+                self._bases.pop()
+            active = self._segments[-1]
+            active.offset_index.make_writable()
+            active.time_index.make_writable()
+            active.truncate_to(offset)
+            self._log_end_offset = None
+            self.recovery_point = min(self.recovery_point, offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        with self._lock:
+            for segment in self._segments:
+                segment.delete_files()
+            segment = _segment(self.directory, offset, self.config, active=True, now=self.clock())
+            segment.create()
+            self._segments = [segment]
+            self._bases = [offset]
+            self._log_end_offset = offset
+            self.log_start_offset = offset
+            self.recovery_point = offset
+
+    def replace_segments(self, new: LogSegment, old: list[LogSegment]) -> None:
+        """Swaps a compacted segment (written with the .cleaned suffix, flushed) in for the
+        segments it replaces, with Kafka's crash-safe steps: .cleaned -> .swap; old
+        segments -> .deleted; .swap -> live. A crash at any step is completed on open."""
+        with self._lock:
+            if not old or any(s not in self._segments for s in old):
+                raise StorageError(f"{self.name}: segments to replace are no longer in the log")
+            new.rename_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
+            i = self._segments.index(old[0])
+            del self._segments[i : i + len(old)]
+            del self._bases[i : i + len(old)]
+            now = self.clock()
+            for segment in old:
+                segment.rename_suffix("", DELETED_SUFFIX)
+                self._pending_deletions.append((now + self.config.file_delete_delay_ms, segment))
+            new.rename_suffix(SWAP_SUFFIX, "")
+            self._segments.insert(i, new)
+            self._bases.insert(i, new.base_offset)
+
+    # ---- closing ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flushes and closes every segment (indexes trimmed): a clean shutdown's part."""
+        with self._lock:
+            self.flush()
+            for segment in self._segments:
+                segment.close()
+            for _, segment in self._pending_deletions:
+                segment.close_handles()
+
+    def delete(self) -> None:
+        """Removes the whole partition directory (DeleteTopics)."""
+        with self._lock:
+            for segment in self._segments:
+                segment.delete_files()
+            for _, segment in self._pending_deletions:
+                segment.delete_files()
+            self._pending_deletions.clear()
+            for path in self.directory.iterdir():
+                path.unlink()
+            self.directory.rmdir()
+
+
+def _segment(directory: Path, base: int, config: LogConfig, *, active: bool, now: int,
+             suffix: str = "") -> LogSegment:
+    return LogSegment(
+        directory, base,
+        index_interval_bytes=config.index_interval_bytes,
+        max_index_size=config.segment_index_bytes,
+        active=active, suffix=suffix, created_ms=now,
+    )
+
+
+def _complete_interrupted_operations(directory: Path, config: LogConfig) -> None:
+    """What a crash can leave half done: deletions (finish them), compaction output not yet
+    swapped in (.cleaned: discard), and swaps (.swap: complete them, as Kafka does)."""
+    swaps: list[int] = []
+    for name in os.listdir(directory):
+        match = _SEGMENT_FILE.match(name)
+        if match is None:
+            continue
+        suffix = match.group(3)
+        if suffix in (DELETED_SUFFIX, CLEANED_SUFFIX):
+            (directory / name).unlink()
+        elif suffix == SWAP_SUFFIX and match.group(2) == "log":
+            swaps.append(int(match.group(1)))
+    for base in swaps:
+        swap = _segment(directory, base, config, active=False, now=0, suffix=SWAP_SUFFIX)
+        swap.rebuild_indexes()  # its indexes may be missing; this also validates it
+        end = swap.next_offset()
+        swap.close_handles()
+        # The old segments the swap replaces: those starting within its offset range.
+        for name in os.listdir(directory):
+            match = _SEGMENT_FILE.match(name)
+            if match and not match.group(3) and base <= int(match.group(1)) < end:
+                (directory / name).unlink()
+        swap.rename_suffix(SWAP_SUFFIX, "")

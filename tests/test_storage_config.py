@@ -1,0 +1,413 @@
+"""LogConfig: Kafka's topic config names, defaults, parsing, validation and broker synonyms."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from odradek.protocol.errors import ErrorCode
+from odradek.storage.config import (
+    BROKER_SYNONYMS,
+    LONG_MAX,
+    TOPIC_CONFIGS,
+    ConfigType,
+    LogConfig,
+)
+from odradek.storage.errors import InvalidConfigError, StorageError
+
+# Kafka 4.0's defaults as DescribeConfigs reports them for a topic without overrides.
+KAFKA_DEFAULTS = {
+    "segment.bytes": "1073741824",
+    "segment.ms": "604800000",
+    "segment.jitter.ms": "0",
+    "segment.index.bytes": "10485760",
+    "index.interval.bytes": "4096",
+    "flush.messages": "9223372036854775807",
+    "flush.ms": "9223372036854775807",
+    "retention.ms": "604800000",
+    "retention.bytes": "-1",
+    "cleanup.policy": "delete",
+    "delete.retention.ms": "86400000",
+    "min.compaction.lag.ms": "0",
+    "max.compaction.lag.ms": "9223372036854775807",
+    "min.cleanable.dirty.ratio": "0.5",
+    "file.delete.delay.ms": "60000",
+    "max.message.bytes": "1048588",
+    "message.timestamp.type": "CreateTime",
+    "message.timestamp.before.max.ms": "9223372036854775807",
+    "message.timestamp.after.max.ms": "3600000",
+    "preallocate": "false",
+    "unclean.leader.election.enable": "false",
+    "min.insync.replicas": "1",
+    "compression.type": "producer",
+}
+
+
+def bad(props: dict[str, object], **kwargs: object) -> InvalidConfigError:
+    with pytest.raises(InvalidConfigError) as info:
+        LogConfig.from_properties(props, **kwargs)  # type: ignore[arg-type]
+    return info.value
+
+
+# --- defaults -------------------------------------------------------------------------------
+
+
+def test_defaults_are_kafkas() -> None:
+    assert LogConfig().to_properties() == KAFKA_DEFAULTS
+
+
+def test_default_values_typed() -> None:
+    c = LogConfig()
+    assert c.segment_bytes == 1 << 30
+    assert c.segment_ms == c.retention_ms == 7 * 24 * 3600 * 1000
+    assert c.flush_messages == c.flush_ms == c.max_compaction_lag_ms == 2**63 - 1
+    assert c.cleanup_policy == frozenset({"delete"})
+    assert c.delete and not c.compact
+    assert c.min_cleanable_dirty_ratio == 0.5
+    assert c.preallocate is False
+
+
+def test_table_and_dataclass_agree() -> None:
+    names = [f.name for f in dataclasses.fields(LogConfig)]
+    assert names == [key.attr for key in TOPIC_CONFIGS.values()]
+    for key in TOPIC_CONFIGS.values():
+        assert key.doc
+        assert getattr(LogConfig(), key.attr) == key.default
+
+
+def test_frozen_and_hashable() -> None:
+    c = LogConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.segment_bytes = 5  # type: ignore[misc]
+    assert hash(c) == hash(LogConfig())
+
+
+# --- parsing --------------------------------------------------------------------------------
+
+
+def test_parse_strings_as_from_a_properties_file() -> None:
+    c = LogConfig.from_properties(
+        {
+            "segment.bytes": " 1024 ",
+            "retention.ms": "-1",
+            "retention.bytes": "+5000",
+            "cleanup.policy": "compact , delete",
+            "min.cleanable.dirty.ratio": "0.25",
+            "preallocate": "TRUE",
+            "unclean.leader.election.enable": "False",
+            "message.timestamp.type": "LogAppendTime",
+            "compression.type": "zstd",
+            "max.compaction.lag.ms": "9223372036854775807",
+        }
+    )
+    assert c.segment_bytes == 1024
+    assert c.retention_ms == -1
+    assert c.retention_bytes == 5000
+    assert c.cleanup_policy == {"compact", "delete"} and c.compact and c.delete
+    assert c.min_cleanable_dirty_ratio == 0.25
+    assert c.preallocate is True
+    assert c.unclean_leader_election_enable is False
+    assert c.message_timestamp_type == "LogAppendTime"
+    assert c.compression_type == "zstd"
+    assert c.max_compaction_lag_ms == LONG_MAX
+
+
+def test_parse_python_values() -> None:
+    c = LogConfig.from_properties(
+        {"segment.ms": 1000, "preallocate": True, "min.cleanable.dirty.ratio": 1}
+    )
+    assert c.segment_ms == 1000 and c.preallocate is True
+    assert c.min_cleanable_dirty_ratio == 1.0 and isinstance(c.min_cleanable_dirty_ratio, float)
+
+
+def test_empty_cleanup_policy_means_neither() -> None:
+    c = LogConfig.from_properties({"cleanup.policy": ""})
+    assert c.cleanup_policy == frozenset() and not c.compact and not c.delete
+
+
+def test_direct_construction_is_validated_and_normalised() -> None:
+    c = LogConfig(cleanup_policy={"compact"})  # type: ignore[arg-type]
+    assert c.cleanup_policy == frozenset({"compact"})
+    with pytest.raises(InvalidConfigError) as info:
+        LogConfig(retention_ms=-2)
+    assert info.value.key == "retention.ms"
+    with pytest.raises(InvalidConfigError):
+        LogConfig(segment_bytes=True)  # a bool is not an int here
+
+
+def test_with_overrides_keeps_the_broker_defaults() -> None:
+    broker = LogConfig.from_properties({"retention.ms": "1000", "segment.bytes": "4096"})
+    topic = broker.with_overrides({"segment.bytes": "2048"})
+    assert topic.retention_ms == 1000 and topic.segment_bytes == 2048
+    assert broker.segment_bytes == 4096
+    assert LogConfig.from_properties({"segment.bytes": "2048"}, defaults=broker) == topic
+
+
+def test_to_properties_round_trip() -> None:
+    c = LogConfig.from_properties(
+        {
+            "cleanup.policy": "delete,compact",
+            "min.cleanable.dirty.ratio": "0.1",
+            "preallocate": "true",
+            "retention.bytes": "123456",
+        }
+    )
+    props = c.to_properties()
+    assert props["cleanup.policy"] == "compact,delete"
+    assert props["min.cleanable.dirty.ratio"] == "0.1"
+    assert props["preallocate"] == "true"
+    assert LogConfig.from_properties(props) == c
+    assert list(props) == list(TOPIC_CONFIGS)
+
+
+@given(
+    segment_bytes=st.integers(61, 2**31 - 1),
+    retention_ms=st.integers(-1, 2**63 - 1),
+    retention_bytes=st.integers(-(2**63), 2**63 - 1),
+    ratio=st.floats(0, 1),
+    policy=st.sets(st.sampled_from(["compact", "delete"])),
+    compression=st.sampled_from(["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]),
+)
+def test_round_trip_property(
+    segment_bytes: int,
+    retention_ms: int,
+    retention_bytes: int,
+    ratio: float,
+    policy: set[str],
+    compression: str,
+) -> None:
+    c = LogConfig(
+        segment_bytes=segment_bytes,
+        retention_ms=retention_ms,
+        retention_bytes=retention_bytes,
+        min_cleanable_dirty_ratio=ratio,
+        cleanup_policy=frozenset(policy),
+        compression_type=compression,
+    )
+    assert LogConfig.from_properties(c.to_properties()) == c
+
+
+# --- bad values -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [
+        ("retention.ms", "-5", "must be -1 (unlimited) or >= 0"),
+        ("retention.ms", "-2", "must be -1 (unlimited) or >= 0"),
+        ("segment.bytes", "60", "must be >= 61"),
+        ("segment.bytes", "2147483648", "32-bit"),
+        ("segment.ms", "0", "must be >= 1"),
+        ("segment.jitter.ms", "-1", "must be >= 0"),
+        ("segment.index.bytes", "11", "must be >= 12"),
+        ("index.interval.bytes", "-1", "must be >= 0"),
+        ("flush.messages", "0", "must be >= 1"),
+        ("flush.ms", "-1", "must be >= 0"),
+        ("retention.bytes", "9223372036854775808", "64-bit"),
+        ("cleanup.policy", "remove", "compact, delete"),
+        ("cleanup.policy", "Delete", "compact, delete"),
+        ("cleanup.policy", "delete,,compact", "compact, delete"),
+        ("delete.retention.ms", "-1", "must be >= 0"),
+        ("min.compaction.lag.ms", "-1", "must be >= 0"),
+        ("max.compaction.lag.ms", "0", "must be >= 1"),
+        ("min.cleanable.dirty.ratio", "1.5", "between 0 and 1"),
+        ("min.cleanable.dirty.ratio", "-0.1", "between 0 and 1"),
+        ("min.cleanable.dirty.ratio", "NaN", "number"),
+        ("min.cleanable.dirty.ratio", "half", "number"),
+        ("file.delete.delay.ms", "-1", "must be >= 0"),
+        ("max.message.bytes", "-1", "must be >= 0"),
+        ("message.timestamp.type", "createtime", "CreateTime, LogAppendTime"),
+        ("message.timestamp.before.max.ms", "-1", "must be >= 0"),
+        ("message.timestamp.after.max.ms", "-1", "must be >= 0"),
+        ("preallocate", "yes", "true or false"),
+        ("unclean.leader.election.enable", "1", "true or false"),
+        ("min.insync.replicas", "0", "must be >= 1"),
+        ("compression.type", "brotli", "producer, uncompressed, gzip, snappy, lz4, zstd"),
+        ("segment.ms", "abc", "integer"),
+        ("segment.ms", "1.5", "integer"),
+        ("segment.ms", "1_000", "integer"),
+        ("segment.ms", "", "integer"),
+        ("segment.bytes", "1e6", "integer"),
+    ],
+)
+def test_bad_value_names_key_value_and_what_is_allowed(key: str, value: str, allowed: str) -> None:
+    error = bad({key: value})
+    assert error.key == key
+    assert str(error).startswith(f"{key}={value} is invalid: ")
+    assert allowed in str(error)
+    assert error.error_code == ErrorCode.INVALID_CONFIG == 40
+    assert isinstance(error, StorageError)
+
+
+def test_bad_python_types() -> None:
+    assert bad({"segment.ms": 1.5}).key == "segment.ms"
+    assert bad({"segment.ms": True}).key == "segment.ms"
+    assert bad({"preallocate": 1}).key == "preallocate"
+    assert bad({"compression.type": 3}).key == "compression.type"
+    assert bad({"min.cleanable.dirty.ratio": float("nan")}).key == "min.cleanable.dirty.ratio"
+
+
+def test_unknown_key() -> None:
+    error = bad({"retention.hours": "5"})
+    assert error.key == "retention.hours"
+    assert "retention.hours" in str(error)
+    # broker names are not topic configs
+    assert bad({"log.retention.ms": "5"}).key == "log.retention.ms"
+
+
+def test_min_compaction_lag_above_max() -> None:
+    error = bad({"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"})
+    assert error.key == "min.compaction.lag.ms"
+    assert "max.compaction.lag.ms (5)" in str(error)
+    LogConfig.from_properties({"min.compaction.lag.ms": "5", "max.compaction.lag.ms": "5"})
+
+
+def test_override_checked_against_defaults() -> None:
+    base = LogConfig.from_properties({"max.compaction.lag.ms": "100"})
+    with pytest.raises(InvalidConfigError):
+        base.with_overrides({"min.compaction.lag.ms": "101"})
+
+
+# --- broker properties ----------------------------------------------------------------------
+
+
+def test_broker_defaults_when_nothing_is_set() -> None:
+    assert LogConfig.from_broker_properties({}) == LogConfig()
+
+
+def test_broker_properties_map_to_topic_configs() -> None:
+    c = LogConfig.from_broker_properties(
+        {
+            "broker.id": "1",
+            "log.dirs": "/var/lib/kafka",
+            "num.partitions": "3",
+            "log.retention.check.interval.ms": "300000",
+            "log.segment.bytes": "1048576",
+            "log.roll.hours": "2",
+            "log.roll.jitter.hours": "1",
+            "log.index.size.max.bytes": "4096",
+            "log.index.interval.bytes": "100",
+            "log.flush.interval.messages": "10",
+            "log.flush.interval.ms": "1000",
+            "log.retention.bytes": "1000000",
+            "log.cleanup.policy": "compact",
+            "log.cleaner.delete.retention.ms": "10",
+            "log.cleaner.min.compaction.lag.ms": "11",
+            "log.cleaner.max.compaction.lag.ms": "12",
+            "log.cleaner.min.cleanable.ratio": "0.75",
+            "log.segment.delete.delay.ms": "13",
+            "message.max.bytes": "2000000",
+            "log.message.timestamp.type": "LogAppendTime",
+            "log.message.timestamp.before.max.ms": "14",
+            "log.message.timestamp.after.max.ms": "15",
+            "log.preallocate": "true",
+            "min.insync.replicas": "2",
+            "compression.type": "lz4",
+            "unclean.leader.election.enable": "true",
+        }
+    )
+    assert c == LogConfig(
+        segment_bytes=1048576,
+        segment_ms=2 * 3600_000,
+        segment_jitter_ms=3600_000,
+        segment_index_bytes=4096,
+        index_interval_bytes=100,
+        flush_messages=10,
+        flush_ms=1000,
+        retention_bytes=1000000,
+        cleanup_policy=frozenset({"compact"}),
+        delete_retention_ms=10,
+        min_compaction_lag_ms=11,
+        max_compaction_lag_ms=12,
+        min_cleanable_dirty_ratio=0.75,
+        file_delete_delay_ms=13,
+        max_message_bytes=2000000,
+        message_timestamp_type="LogAppendTime",
+        message_timestamp_before_max_ms=14,
+        message_timestamp_after_max_ms=15,
+        preallocate=True,
+        min_insync_replicas=2,
+        compression_type="lz4",
+        unclean_leader_election_enable=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("props", "retention_ms"),
+    [
+        ({"log.retention.hours": "1"}, 3600_000),
+        ({"log.retention.minutes": "2"}, 120_000),
+        ({"log.retention.ms": "3"}, 3),
+        ({"log.retention.hours": "1", "log.retention.minutes": "2"}, 120_000),
+        ({"log.retention.hours": "1", "log.retention.ms": "3"}, 3),
+        ({"log.retention.minutes": "2", "log.retention.ms": "3"}, 3),
+        ({"log.retention.hours": "1", "log.retention.minutes": "2", "log.retention.ms": "3"}, 3),
+        # Kafka: any negative retention time set on the broker means "forever"
+        ({"log.retention.hours": "-1"}, -1),
+        ({"log.retention.minutes": "-1"}, -1),
+        ({"log.retention.ms": "-5"}, -1),
+        ({"log.retention.hours": "1", "log.retention.ms": "-1"}, -1),
+    ],
+)
+def test_broker_retention_precedence(props: dict[str, str], retention_ms: int) -> None:
+    assert LogConfig.from_broker_properties(props).retention_ms == retention_ms
+
+
+def test_broker_roll_precedence() -> None:
+    c = LogConfig.from_broker_properties({"log.roll.hours": "5", "log.roll.ms": "60000"})
+    assert c.segment_ms == 60000
+    c = LogConfig.from_broker_properties({"log.roll.jitter.hours": "5", "log.roll.jitter.ms": "7"})
+    assert c.segment_jitter_ms == 7
+
+
+def test_broker_flush_ms_falls_back_to_the_scheduler_interval() -> None:
+    c = LogConfig.from_broker_properties({"log.flush.scheduler.interval.ms": "500"})
+    assert c.flush_ms == 500
+    c = LogConfig.from_broker_properties(
+        {"log.flush.scheduler.interval.ms": "500", "log.flush.interval.ms": "700"}
+    )
+    assert c.flush_ms == 700
+
+
+@pytest.mark.parametrize(
+    ("props", "key", "fragment"),
+    [
+        ({"log.segment.bytes": "10"}, "log.segment.bytes", "must be >= 61"),
+        ({"log.roll.hours": "0"}, "log.roll.hours", "that is segment.ms=0, which must be >= 1"),
+        ({"log.roll.hours": "1.5"}, "log.roll.hours", "integer"),
+        ({"log.roll.hours": "3000000000"}, "log.roll.hours", "32-bit"),
+        ({"log.retention.hours": "x"}, "log.retention.hours", "integer"),
+        ({"log.cleanup.policy": "nope"}, "log.cleanup.policy", "compact, delete"),
+        ({"log.cleaner.min.cleanable.ratio": "2"}, "log.cleaner.min.cleanable.ratio", "0 and 1"),
+        ({"message.max.bytes": "-1"}, "message.max.bytes", "must be >= 0"),
+    ],
+)
+def test_bad_broker_value_names_the_broker_key(
+    props: dict[str, str], key: str, fragment: str
+) -> None:
+    with pytest.raises(InvalidConfigError) as info:
+        LogConfig.from_broker_properties(props)
+    assert info.value.key == key
+    assert str(info.value).startswith(f"{key}={props[key]} is invalid: ")
+    assert fragment in str(info.value)
+
+
+def test_broker_synonym_table() -> None:
+    assert BROKER_SYNONYMS["log.retention.hours"][0].name == "retention.ms"
+    assert BROKER_SYNONYMS["log.retention.hours"][1].scale == 3600_000
+    assert BROKER_SYNONYMS["message.max.bytes"][0].name == "max.message.bytes"
+    assert BROKER_SYNONYMS["log.segment.delete.delay.ms"][0].name == "file.delete.delay.ms"
+    # every topic config has a broker default
+    assert {key.name for key, _ in BROKER_SYNONYMS.values()} == set(TOPIC_CONFIGS)
+
+
+def test_config_types_are_describe_configs_codes() -> None:
+    assert TOPIC_CONFIGS["segment.bytes"].type is ConfigType.INT == 3
+    assert TOPIC_CONFIGS["retention.ms"].type is ConfigType.LONG == 5
+    assert TOPIC_CONFIGS["cleanup.policy"].type is ConfigType.LIST == 7
+    assert TOPIC_CONFIGS["min.cleanable.dirty.ratio"].type is ConfigType.DOUBLE == 6
+    assert TOPIC_CONFIGS["preallocate"].type is ConfigType.BOOLEAN == 1
+    assert TOPIC_CONFIGS["compression.type"].type is ConfigType.STRING == 2
