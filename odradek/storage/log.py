@@ -392,11 +392,11 @@ class Log:
         limit = end if max_offset is None else min(max_offset, end)
         if offset >= limit:
             return FetchDataInfo(offset, [])
-        i = max(0, bisect.bisect_right(bases, offset) - 1)
-        for segment in segments[i:]:
+        first = max(0, bisect.bisect_right(bases, offset) - 1)
+        for i in range(first, len(segments)):
+            segment = segments[i]
             max_position = None
-            next_base = bases[segments.index(segment) + 1] if segment is not segments[-1] else None
-            if next_base is None or limit < next_base:
+            if i == len(segments) - 1 or limit < bases[i + 1]:
                 bound = segment.translate_offset(limit)
                 max_position = segment.size if bound is None else bound.position
             found = segment.read(offset, max_bytes, max_position, min_one_message)
