@@ -6,14 +6,13 @@ entries of (timestamp i64, relative offset u32), the largest timestamp seen so f
 the offset of the batch that carried it. Both are sparse: one entry per
 index.interval.bytes of log, so a lookup is a binary search followed by a short scan.
 
-An index is opened lazily (a broker with 10,000 partitions touches only those it
-serves). The active segment's index is preallocated to segment.index.bytes and memory
-mapped for appends; it is trimmed to its entries when the segment rolls or closes.
+An index is loaded lazily (a broker with 10,000 partitions touches only those it
+serves). The active segment's index file is preallocated to segment.index.bytes, as
+Kafka's, and trimmed to its entries when the segment rolls or closes.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from pathlib import Path
@@ -28,7 +27,13 @@ class CorruptIndexError(StorageError):
 
 
 class _Index:
-    """The mechanics shared by both indexes: a file of fixed-size big-endian entries."""
+    """The mechanics shared by both indexes: a file of fixed-size big-endian entries.
+
+    The entries live in memory once loaded and reach the file when the segment flushes,
+    rolls or closes; no file descriptor stays open for an index (a broker with thousands
+    of partitions would otherwise hold three per segment). Entries not yet written are
+    rebuilt by recovery, which re-indexes every segment past the recovery point.
+    """
 
     ENTRY: struct.Struct
 
@@ -36,85 +41,106 @@ class _Index:
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max_index_size // self.ENTRY.size
+        self.max_index_size = self.max_entries * self.ENTRY.size  # whole entries, as Kafka
         self.writable = writable
-        self._mmap: mmap.mmap | None = None
-        self._entries: int | None = None  # None until the file is opened
+        self._data: bytearray | None = None  # the entries; None until first used
+        self._written = 0  # how many bytes of _data the file already holds
 
-    # ---- opening and closing ----------------------------------------------------------
+    # ---- loading and writing ----------------------------------------------------------
 
-    def _open(self) -> mmap.mmap | None:
-        """Maps the file, preallocating it if writable; returns None for an empty read-only
-        index (an empty file cannot be mapped)."""
-        if self._entries is not None:
-            return self._mmap
-        size = self.ENTRY.size
-        exists = self.path.exists()
-        if not self.writable and not exists:
-            raise CorruptIndexError(f"{self.path} is missing")
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    def _load(self) -> bytearray:
+        data = self._data
+        if data is not None:
+            return data
         try:
-            length = os.fstat(fd).st_size
-            if length % size:
-                raise CorruptIndexError(f"{self.path}: size {length} is not a multiple of {size}")
-            entries = length // size
-            if self.writable:
-                os.ftruncate(fd, max(self.max_entries * size, length))
-            mapped_length = os.fstat(fd).st_size
-            self._mmap = mmap.mmap(fd, mapped_length) if mapped_length else None
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            if not self.writable:
+                raise CorruptIndexError(f"{self.path} is missing") from None
+            raw = b""
+        size = self.ENTRY.size
+        if len(raw) % size:
+            raise CorruptIndexError(f"{self.path}: size {len(raw)} is not a multiple of {size}")
+        data = bytearray(raw[: self._valid_entries(raw) * size])
+        self._data = data
+        self._written = len(data)
+        self.sanity_check()
+        if self.writable and len(raw) < self.max_index_size:
+            self._preallocate()
+        return data
+
+    def _valid_entries(self, raw: bytes) -> int:
+        """Drops trailing all-zero entries (the preallocated space of an index that was not
+        trimmed before a crash). Only the first entry of either index can legitimately be
+        all zeros, so the zero entries are a suffix: binary search for where they start."""
+        size = self.ENTRY.size
+        entries = len(raw) // size
+        if entries <= 1:
+            return entries
+        zero = bytes(size)
+        lo, hi = 1, entries
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if raw[mid * size : (mid + 1) * size] == zero:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _preallocate(self) -> None:
+        """The active index takes segment.index.bytes on disk, as Kafka's does."""
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size < self.max_index_size:
+                os.ftruncate(fd, self.max_index_size)
         finally:
             os.close(fd)
-        self._entries = self._valid_entries(entries)
-        return self._mmap
 
-    def _valid_entries(self, entries: int) -> int:
-        """Drops trailing all-zero entries (the preallocated space of an index that was not
-        trimmed before a crash), then checks what remains. Only the first entry of either
-        index can legitimately be all zeros, so the zero entries are a suffix: binary search."""
-        mm = self._mmap
-        if mm is not None and entries > 1:
-            zero = bytes(self.ENTRY.size)
-            size = self.ENTRY.size
-            lo, hi = 1, entries  # find the first all-zero entry at or after index 1
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if mm[mid * size : (mid + 1) * size] == zero:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            entries = lo
-        self._entries = entries
-        self.sanity_check()
-        return entries
+    def _write(self, sync: bool) -> None:
+        """Writes the entries the file does not hold yet."""
+        data = self._data
+        if data is None or (self._written == len(data) and not sync):
+            return
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            if self._written < len(data):
+                os.pwrite(fd, data[self._written :], self._written)
+                self._written = len(data)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def flush(self) -> None:
+        self._write(sync=True)
 
     def close(self) -> None:
-        if self._mmap is not None:
-            self._mmap.close()
-        self._mmap = None
-        self._entries = None
+        """Writes what is pending and forgets the entries (they load again on use)."""
+        self._write(sync=False)
+        self._data = None
+
+    def discard(self) -> None:
+        """Forgets the entries without writing them (a deleted or replaced segment)."""
+        self._data = None
 
     def trim_to_valid_size(self) -> None:
         """Cuts the preallocated space off: what a rolled or closed segment keeps."""
-        if self._entries is None and not self.writable:
+        if self._data is None and not self.writable:
             return
-        entries = self.entries
-        if self._mmap is not None:
-            self._mmap.flush()
-        self.close()
-        os.truncate(self.path, entries * self.ENTRY.size)
+        data = self._load()
+        self._write(sync=False)
+        os.truncate(self.path, len(data))
         self.writable = False
 
     def make_writable(self) -> None:
-        """Reopens a rolled index for appends (after truncation brought its segment back)."""
+        """Opens a rolled index for appends again (recovery, or truncation into it)."""
         if not self.writable:
-            self.close()
             self.writable = True
-
-    def flush(self) -> None:
-        if self._mmap is not None:
-            self._mmap.flush()
+            if self._data is not None:
+                self._preallocate()
 
     def delete(self) -> None:
-        self.close()
+        self._data = None
         self.path.unlink(missing_ok=True)
 
     def rename(self, path: Path) -> None:
@@ -126,37 +152,32 @@ class _Index:
 
     @property
     def entries(self) -> int:
-        self._open()
-        assert self._entries is not None
-        return self._entries
+        return len(self._load()) // self.ENTRY.size
 
     @property
     def is_full(self) -> bool:
-        return self.entries >= self.max_entries
+        return len(self._data if self._data is not None else self._load()) >= self.max_index_size
 
     def entry(self, n: int) -> tuple[int, int]:
-        mm = self._open()
-        assert mm is not None
-        return self.ENTRY.unpack_from(mm, n * self.ENTRY.size)
+        return self.ENTRY.unpack_from(self._load(), n * self.ENTRY.size)
 
-    def _append(self, a: int, b: int) -> None:
-        mm = self._open()
-        assert self._entries is not None
-        if not self.writable or mm is None:
+    def _append(self, data: bytearray, a: int, b: int) -> None:
+        if not self.writable:
             raise StorageError(f"{self.path} is not writable")
-        if self._entries >= self.max_entries:
+        if len(data) >= self.max_index_size:
             raise StorageError(f"{self.path} is full ({self.max_entries} entries)")
-        self.ENTRY.pack_into(mm, self._entries * self.ENTRY.size, a, b)
-        self._entries += 1
+        data += self.ENTRY.pack(a, b)
 
     def _largest_lower_bound(self, key: int, column: int) -> int:
         """The last entry whose column value is <= key, or -1; entries are sorted by it."""
-        n = self.entries
-        lo, hi = 0, n - 1
+        data = self._load()
+        unpack = self.ENTRY.unpack_from
+        size = self.ENTRY.size
+        lo, hi = 0, len(data) // size - 1
         found = -1
         while lo <= hi:
             mid = (lo + hi) // 2
-            if self.entry(mid)[column] <= key:
+            if unpack(data, mid * size)[column] <= key:
                 found = mid
                 lo = mid + 1
             else:
@@ -164,19 +185,27 @@ class _Index:
         return found
 
     def truncate_entries(self, entries: int) -> None:
-        mm = self._open()
-        assert self._entries is not None
-        entries = min(entries, self._entries)
-        if mm is not None:
-            size = self.ENTRY.size
-            mm[entries * size : self._entries * size] = bytes((self._entries - entries) * size)
-        self._entries = entries
-        if not self.writable:
-            self.close()
-            os.truncate(self.path, entries * self.ENTRY.size)
+        data = self._load()
+        size = self.ENTRY.size
+        if entries * size >= len(data):
+            return
+        del data[entries * size :]
+        if self._written > len(data):
+            # The file holds entries that no longer exist: cut them there too.
+            if self.path.exists():
+                os.truncate(self.path, len(data))
+                if self.writable:
+                    self._preallocate()
+            self._written = len(data)
 
     def reset(self) -> None:
-        self.truncate_entries(0)
+        """Empties the index without reading it (it may be corrupt): recovery rebuilds it."""
+        self._data = bytearray()
+        self._written = 0
+        if self.path.exists():
+            os.truncate(self.path, 0)
+        if self.writable:
+            self._preallocate()
 
     def sanity_check(self) -> None:
         """Raises CorruptIndexError when the entries cannot be right."""
@@ -189,12 +218,13 @@ class OffsetIndex(_Index):
     ENTRY = struct.Struct(">II")
 
     def append(self, offset: int, position: int) -> None:
-        entries = self.entries
-        if entries and offset <= self.last_offset:
+        data = self._load()
+        relative = offset - self.base_offset
+        if data and relative <= self.ENTRY.unpack_from(data, len(data) - 8)[0]:
             raise StorageError(
                 f"{self.path}: offset {offset} is not larger than the last entry {self.last_offset}"
             )
-        self._append(offset - self.base_offset, position)
+        self._append(data, relative, position)
 
     @property
     def last_offset(self) -> int:
@@ -216,7 +246,7 @@ class OffsetIndex(_Index):
 
     def sanity_check(self) -> None:
         # As Kafka: cheap checks of the ends, not a walk over every entry.
-        n = self._entries or 0
+        n = self.entries
         if n > 1 and not self.entry(0) < self.entry(n - 1):
             raise CorruptIndexError(f"{self.path}: last entry {self.entry(n - 1)} is not after "
                                     f"the first {self.entry(0)}")
@@ -237,15 +267,20 @@ class TimeIndex(_Index):
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Appends only a timestamp larger than the last one: entries only ever grow."""
-        if not skip_full_check and self.is_full:
+        data = self._load()
+        if len(data) >= self.max_index_size:
+            if skip_full_check:
+                return  # the roll-time entry does not fit: the index covers the segment
             raise StorageError(f"{self.path} is full")
-        if self.entries >= self.max_entries:
-            return  # the roll-time entry does not fit: the index already covers the segment
-        last_timestamp, last_offset = self.last_entry()
-        if self.entries and offset < last_offset:
-            raise StorageError(f"{self.path}: offset {offset} is before the last {last_offset}")
+        relative = offset - self.base_offset
+        if data:
+            last_timestamp, last_relative = self.ENTRY.unpack_from(data, len(data) - 12)
+            if relative < last_relative:
+                raise StorageError(f"{self.path}: offset {offset} is before the last entry")
+        else:
+            last_timestamp = NO_TIMESTAMP
         if timestamp > last_timestamp:
-            self._append(timestamp, offset - self.base_offset)
+            self._append(data, timestamp, relative)
 
     def lookup(self, timestamp: int) -> tuple[int, int]:
         """The entry with the largest timestamp <= `timestamp`: (timestamp, offset), or
@@ -265,7 +300,7 @@ class TimeIndex(_Index):
         self.truncate_entries(keep)
 
     def sanity_check(self) -> None:
-        n = self._entries or 0
+        n = self.entries
         if n > 1:
             first, last = self.entry(0), self.entry(n - 1)
             if first[0] >= last[0] or first[1] > last[1]:

@@ -18,6 +18,7 @@ import os
 import re
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ from odradek.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     SWAP_SUFFIX,
+    BatchAppend,
     FileSlice,
     LogSegment,
 )
@@ -125,6 +127,8 @@ class Log:
     ) -> None:
         self.directory = directory
         self.topic, self.partition = parse_partition_dir(directory.name)
+        self.name = directory.name
+        self._name_hash = zlib.crc32(self.name.encode())  # stable across restarts
         self.config = config
         self.clock = clock
         self._segments = segments
@@ -242,12 +246,15 @@ class Log:
             now = self.clock()
             first = offset = self.log_end_offset
             append_time = now if self.config.message_timestamp_type == "LogAppendTime" else -1
+            appends = []
             for pos, header in batches:
                 assign_offsets(buf, pos, offset)
                 offset += header.last_offset_delta + 1
                 if append_time >= 0:
                     set_log_append_time(buf, pos, append_time)
-            return self._append(buf, first, now, append_time)
+                max_ts = append_time if append_time >= 0 else header.max_timestamp
+                appends.append(BatchAppend(pos, header.size_in_bytes, offset - 1, max_ts))
+            return self._append(buf, appends, first, now, append_time)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Appends batches whose offsets a leader assigned (replication, recovery tools)."""
@@ -260,11 +267,9 @@ class Log:
                     f"{self.name}: follower append at {first} is below the log end offset "
                     f"{self.log_end_offset}"
                 )
-            return self._append(buf, first, self.clock(), -1)
-
-    @property
-    def name(self) -> str:
-        return f"{self.topic}-{self.partition}"
+            appends = [BatchAppend(pos, h.size_in_bytes, h.last_offset, h.max_timestamp)
+                       for pos, h in batches]
+            return self._append(buf, appends, first, self.clock(), -1)
 
     def _validate(self, buf: memoryview, from_client: bool) -> list[tuple[int, RecordBatchHeader]]:
         batches = list(iter_batch_headers(buf))
@@ -306,21 +311,19 @@ class Log:
                     f"{self.name} (message.timestamp.before/after.max.ms)"
                 )
 
-    def _append(self, buf: memoryview, first: int, now: int, append_time: int) -> LogAppendInfo:
-        batches = [(pos, RecordBatchHeader.parse(buf, pos)) for pos, _ in iter_batch_headers(buf)]
-        last = batches[-1][1].last_offset
+    def _append(self, buf: memoryview, batches: list[BatchAppend], first: int, now: int,
+                append_time: int) -> LogAppendInfo:
+        last = batches[-1].last_offset
         segment = self._maybe_roll(len(buf), last, now)
         segment.append(buf, batches)
         self._log_end_offset = last + 1
-        self._unflushed_messages += sum(h.records_count for _, h in batches)
+        self._unflushed_messages += last + 1 - first
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()
-        max_ts, offset_of_max = max(
-            ((h.max_timestamp, h.last_offset) for _, h in batches), key=lambda t: t[0]
-        )
+        newest = max(batches, key=lambda b: b.max_timestamp)
         return LogAppendInfo(
-            first_offset=first, last_offset=last, max_timestamp=max_ts,
-            offset_of_max_timestamp=offset_of_max, log_append_time=append_time,
+            first_offset=first, last_offset=last, max_timestamp=newest.max_timestamp,
+            offset_of_max_timestamp=newest.last_offset, log_append_time=append_time,
             log_start_offset=self.log_start_offset, valid_bytes=len(buf),
         )
 
@@ -334,7 +337,7 @@ class Log:
     def _jitter(self) -> int:
         # segment.jitter.ms: a per-partition fraction, so partitions do not all roll at once.
         jitter = self.config.segment_jitter_ms
-        return (hash(self.name) % jitter) if jitter > 0 else 0
+        return self._name_hash % jitter if jitter > 0 else 0
 
     def roll(self, now: int | None = None) -> LogSegment:
         """Closes the active segment (last time index entry, trimmed indexes, fsync) and
@@ -384,6 +387,7 @@ class Log:
             segments = list(self._segments)
             bases = list(self._bases)
             end = self.log_end_offset
+            end_position = segments[-1].size
             start_offset = self.log_start_offset
         if offset < start_offset or offset > end:
             raise OffsetOutOfRangeError(
@@ -396,7 +400,9 @@ class Log:
         for i in range(first, len(segments)):
             segment = segments[i]
             max_position = None
-            if i == len(segments) - 1 or limit < bases[i + 1]:
+            if limit == end and i == len(segments) - 1:
+                max_position = end_position  # up to the log end: no lookup needed
+            elif i == len(segments) - 1 or limit < bases[i + 1]:
                 bound = segment.translate_offset(limit)
                 max_position = segment.size if bound is None else bound.position
             found = segment.read(offset, max_bytes, max_position, min_one_message)

@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from odradek.protocol.exceptions import ProtocolError
 from odradek.protocol.records import (
@@ -31,7 +32,9 @@ DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
-_SCAN_CHUNK = 64 * 1024  # header scans read this much at a time
+# Header scans read this much at a time: twice the default index interval, so finding an
+# offset from its index entry is usually one read, and a large batch costs one read each.
+_SCAN_CHUNK = 8 * 1024
 _RECOVERY_CHUNK = 8 * 1024 * 1024  # recovery reads the log in chunks this large
 _MAX_RELATIVE_OFFSET = 0xFFFFFFFF  # index entries store offsets relative to the base, u32
 
@@ -55,6 +58,15 @@ class FileSlice:
     def read(self) -> bytes:
         """The bytes themselves, for transports that cannot sendfile, and for tests."""
         return self.segment.pread(self.position, self.length)
+
+
+class BatchAppend(NamedTuple):
+    """What indexing needs of an appended batch: where it is in the appended bytes."""
+
+    position: int
+    size: int
+    last_offset: int
+    max_timestamp: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +157,8 @@ class LogSegment:
 
     def close_handles(self) -> None:
         """Closes files without touching them on disk (a deleted or replaced segment)."""
-        self.offset_index.close()
-        self.time_index.close()
+        self.offset_index.discard()
+        self.time_index.discard()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -180,7 +192,7 @@ class LogSegment:
         """Offsets are stored relative to the base in u32: beyond that, roll."""
         return 0 <= last_offset - self.base_offset <= _MAX_RELATIVE_OFFSET
 
-    def append(self, data: memoryview, batches: list[tuple[int, RecordBatchHeader]]) -> None:
+    def append(self, data: memoryview, batches: list[BatchAppend]) -> None:
         """Writes validated batches (offsets assigned) and indexes them as Kafka does."""
         position = self.size
         fd = self.fileno()
@@ -188,21 +200,24 @@ class LogSegment:
         while written < len(data):
             written += os.write(fd, data[written:])
         if self.rolling_based_timestamp is None and batches:
-            self.rolling_based_timestamp = batches[0][1].max_timestamp
+            self.rolling_based_timestamp = batches[0].max_timestamp
         self._index_batches(position, batches)
         self._size = position + len(data)
 
-    def _index_batches(self, position: int, batches: list[tuple[int, RecordBatchHeader]]) -> None:
+    def _index_batches(self, position: int, batches: list[BatchAppend]) -> None:
         max_ts = self.max_timestamp_and_offset()
-        for pos, header in batches:
-            if header.max_timestamp > max_ts[0]:
-                max_ts = (header.max_timestamp, header.last_offset)
+        interval = self.index_interval_bytes
+        since = self._bytes_since_last_index_entry
+        for batch in batches:
+            if batch.max_timestamp > max_ts[0]:
+                max_ts = (batch.max_timestamp, batch.last_offset)
                 self._max_timestamp = max_ts
-            if self._bytes_since_last_index_entry > self.index_interval_bytes:
-                self.offset_index.append(header.last_offset, position + pos)
+            if since > interval:
+                self.offset_index.append(batch.last_offset, position + batch.position)
                 self.time_index.maybe_append(*max_ts)
-                self._bytes_since_last_index_entry = 0
-            self._bytes_since_last_index_entry += header.size_in_bytes
+                since = 0
+            since += batch.size
+        self._bytes_since_last_index_entry = since
 
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         """(largest timestamp, last offset of its batch); NO_TIMESTAMP when none."""
@@ -255,23 +270,20 @@ class LogSegment:
         """The batches from `position` on, reading headers only, a chunk at a time."""
         end = self.size if end is None else end
         fd = self.fileno()
+        chunk = b""
+        chunk_start = position
         while position < end:
-            chunk = os.pread(fd, min(_SCAN_CHUNK, end - position), position)
-            if len(chunk) < RECORD_BATCH_OVERHEAD:
-                chunk = os.pread(fd, RECORD_BATCH_OVERHEAD, position)
+            rel = position - chunk_start
+            if rel + RECORD_BATCH_OVERHEAD > len(chunk):
+                chunk_start, rel = position, 0
+                chunk = os.pread(fd, max(min(_SCAN_CHUNK, end - position), RECORD_BATCH_OVERHEAD),
+                                 position)
                 if len(chunk) < RECORD_BATCH_OVERHEAD:
                     return
-            pos = 0
-            for pos, header in iter_batch_headers(chunk, allow_partial=True):
-                yield BatchPosition(header.base_offset, header.last_offset, position + pos,
-                                    header.size_in_bytes)
-                pos += header.size_in_bytes
-            if pos == 0:  # a batch larger than the chunk: read its header alone
-                header = RecordBatchHeader.parse(os.pread(fd, RECORD_BATCH_OVERHEAD, position))
-                yield BatchPosition(header.base_offset, header.last_offset, position,
-                                    header.size_in_bytes)
-                pos = header.size_in_bytes
-            position += pos
+            header = RecordBatchHeader.parse(chunk, rel)
+            size = header.size_in_bytes
+            yield BatchPosition(header.base_offset, header.last_offset, position, size)
+            position += size
 
     def translate_offset(self, offset: int, starting_position: int = 0) -> BatchPosition | None:
         """The batch holding `offset` (the first whose last offset is >= it), or None."""
@@ -349,9 +361,12 @@ class LogSegment:
         next_offset = self.base_offset if expected_start is None else expected_start
         position = chunk_start = 0
         chunk = b""
+        valid: list[BatchAppend] = []  # indexed a chunk at a time
         while position < size:
             rel = position - chunk_start
             if rel + RECORD_BATCH_OVERHEAD > len(chunk):
+                self._index_batches(0, valid)
+                valid.clear()
                 chunk_start, rel = position, 0
                 chunk = os.pread(fd, min(_RECOVERY_CHUNK, size - position), position)
                 if len(chunk) < RECORD_BATCH_OVERHEAD:
@@ -361,6 +376,8 @@ class LogSegment:
             if batch_size < RECORD_BATCH_OVERHEAD or position + batch_size > size:
                 break  # torn, or a length field no valid batch has
             if rel + batch_size > len(chunk):
+                self._index_batches(0, valid)
+                valid.clear()
                 chunk_start, rel = position, 0
                 chunk = os.pread(fd, max(min(_RECOVERY_CHUNK, size - position), batch_size),
                                  position)
@@ -372,9 +389,11 @@ class LogSegment:
                 break  # offsets must move forward and fit the index
             if self.rolling_based_timestamp is None:
                 self.rolling_based_timestamp = header.max_timestamp
-            self._index_batches(0, [(position, header)])
+            valid.append(BatchAppend(position, batch_size, header.last_offset,
+                                     header.max_timestamp))
             next_offset = header.last_offset + 1
             position += batch_size
+        self._index_batches(0, valid)
         truncated = size - position
         if truncated:
             os.ftruncate(fd, position)
