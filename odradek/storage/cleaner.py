@@ -35,7 +35,8 @@ producer id/epoch/base sequence, timestamp type, codec and the survivors' own of
 timestamp deltas (maxTimestamp recomputed from the survivors under CreateTime, as Kafka
 does). A batch that loses every record is dropped, with one exception: if it is the last
 batch of a group of segments, an empty batch (no records, same base offset and
-lastOffsetDelta, like Kafka's empty batches that keep producer state) takes its place, so
+lastOffsetDelta and the original max timestamp, like Kafka's empty batches that keep
+producer state) takes its place, so
 that the cleaned segment ends at the same offset as the segments it replaces. That keeps
 the log end offset and segment boundaries intact, and it is what Log's crash recovery
 needs: a .swap segment replaces the old segments whose base offsets are below its next
@@ -43,14 +44,15 @@ offset. Kafka also keeps the empty last batch of each idempotent producer (produ
 odradek has no producer state yet, so those are dropped (TODO with idempotence), and
 aborted transactional records are kept like committed ones (no transaction index yet).
 
-Each group (segments whose output fits segment.bytes, u31 relative offsets and the index
-files) is written as a new `.cleaned` segment, flushed, given the mtime of the group's
-last segment (retention falls back on it), and swapped in by Log.replace_segments, which
-takes the log's lock only for the renames. Reads and appends never wait for a round;
-readers holding slices of replaced segments keep reading them until file.delete.delay.ms.
-Any failure before a swap removes the .cleaned files and leaves the log as it was; a crash
-is completed (or undone) by Log.open. Groups are swapped in offset order, so a tombstone
-is only ever dropped after every older value of its key is gone.
+Each group (consecutive segments whose output fits segment.bytes, an offset range of
+2^31 - 1 as Kafka's, and the index files) is written as a new `.cleaned` segment,
+flushed, given the mtime of the group's last segment (retention falls back on it), and
+swapped in by Log.replace_segments, which takes the log's lock only for the renames.
+Reads and appends never wait for a round; readers holding slices of replaced segments
+keep reading them until file.delete.delay.ms. Any failure before a swap removes the
+.cleaned files and leaves the log as it was; a crash is completed (or undone) by
+Log.open. Groups are swapped in offset order, so a tombstone is only ever dropped after
+every older value of its key is gone.
 
 Not (yet) Kafka's: I/O throttling (log.cleaner.io.max.bytes.per.second), the
 last-stable-offset bound (no transactions yet), and rolling the active segment after
@@ -376,10 +378,12 @@ def rebuild_batch(header: RecordBatchHeader, records: list[Record],
     Kafka's cleaner rewrites a batch: same base offset and lastOffsetDelta, producer
     fields, leader epoch, codec and timestamp type; each record keeps its offset delta and
     timestamp. With `delete_horizon`, attribute bit 6 is set and baseTimestamp holds it.
-    Without records: an empty batch (no codec, no timestamps)."""
+    Without records: an empty batch, uncompressed, both timestamps the original's max
+    timestamp (Kafka's writeEmptyHeader), so that time retention still sees its age."""
     if not records:
         keep = TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK
-        return _pack_batch(header, header.attributes & keep, NO_TIMESTAMP, NO_TIMESTAMP, 0, b"")
+        timestamp = header.max_timestamp
+        return _pack_batch(header, header.attributes & keep, timestamp, timestamp, 0, b"")
     attributes = header.attributes
     base_timestamp = header.base_timestamp
     if delete_horizon is not None:
@@ -492,25 +496,22 @@ class Cleaner:
         try:
             group: list[LogSegment] = []
             sizes: dict[int, int] = {}
-            pending_empty: RecordBatchHeader | None = None  # last batch, if dropped
-            last_written = -1
+            # The group's last batch when nothing of it was kept: its empty batch ends the
+            # output, so that it ends at the same offset as the segments it replaces.
+            dropped_last: RecordBatchHeader | None = None
             while i < len(segments):
                 segment = segments[i]
                 if group and not _fits(out, segment, next_bases[id(segment)], config):
                     break
                 sizes[id(segment)] = segment.size
-                last = self._copy_segment(log, segment, out, end, now, config, result,
-                                          first_in_output=not group)
+                last = self._copy_segment(log, segment, out, end, now, config, result)
                 if last is not None:
                     last_header, written = last
-                    pending_empty = None if written else last_header
-                    if written:
-                        last_written = last_header.last_offset
+                    dropped_last = None if written else last_header
                 group.append(segment)
                 i += 1
-            if pending_empty is not None and pending_empty.last_offset > last_written:
-                self._append(out, rebuild_batch(pending_empty, []), first_in_output=False,
-                             segment=group[-1])
+            if dropped_last is not None:
+                self._append(out, rebuild_batch(dropped_last, []), group[-1])
                 result.empty_batches_written += 1
             if out.size == 0:  # only empty segments: nothing to swap in
                 out.delete_files()
@@ -531,7 +532,7 @@ class Cleaner:
         return i
 
     def _copy_segment(self, log: Log, segment: LogSegment, out: LogSegment, end: int,
-                      now: int, config: LogConfig, result: CleanResult, *, first_in_output: bool,
+                      now: int, config: LogConfig, result: CleanResult,
                       ) -> tuple[RecordBatchHeader, bool] | None:
         """Appends what survives of `segment` to `out`. Returns the segment's last batch
         header and whether anything of that batch was written (None: no batches)."""
@@ -543,7 +544,7 @@ class Cleaner:
             result.bytes_read += header.size_in_bytes
             validate_batch(data, 0, header, from_client=False)
             if header.is_control:
-                self._append(out, data, first_in_output, segment)
+                self._append(out, data, segment)
                 last = (header, True)
                 continue
             records = decode_records(data, 0, header)
@@ -574,23 +575,21 @@ class Cleaner:
                 last = (header, False)
                 continue
             if len(kept) == len(records) and not new_horizon:
-                self._append(out, data, first_in_output, segment)
+                self._append(out, data, segment)
             else:
-                rebuilt = rebuild_batch(header, kept, horizon)
-                self._append(out, rebuilt, first_in_output, segment)
+                self._append(out, rebuild_batch(header, kept, horizon), segment)
                 result.batches_rebuilt += 1
             last = (header, True)
         return last
 
     @staticmethod
-    def _append(out: LogSegment, data: bytes | memoryview, first_in_output: bool,
-                segment: LogSegment) -> None:
+    def _append(out: LogSegment, data: bytes | memoryview, source: LogSegment) -> None:
         if out.offset_index.is_full or out.time_index.is_full:
-            # Grouping leaves room for the worst case when it merges segments; a single
-            # segment's copy is as dense as the original, short of pathological indexes.
+            # Grouping leaves room for the worst case when it merges segments; a segment's
+            # copy alone is never denser than the original. Only a broken index gets here.
             raise StorageError(
-                f"the compacted copy of {segment.log_path.name} does not fit "
-                f"segment.index.bytes={out.offset_index.max_entries * 8}"
+                f"the compacted copy of {source.log_path.name} does not fit its index files "
+                "(segment.index.bytes)"
             )
         view = memoryview(data)
         header = RecordBatchHeader.parse(view)
@@ -651,17 +650,12 @@ def _copy_mtime(source: LogSegment, target: LogSegment) -> None:
 
 
 def _swap(log: Log, new: LogSegment, old: list[LogSegment], sizes: dict[int, int]) -> None:
-    # The log's lock (re-entrant) around the check and the swap: a retention pass or a
-    # truncation in between must not be undone by swapping in what we read before it.
-    with log._lock:
-        current = log.segments()
-        if (
-            any(s not in current for s in old)
-            or old[-1] is current[-1]
-            or any(s.size != sizes[id(s)] for s in old)
-        ):
-            raise _GroupChangedError(f"{log.name}: segments changed while being cleaned")
-        log.replace_segments(new, old)
+    # A retention pass or a truncation since we read the group must not be undone by
+    # swapping in what we read before it: the log refuses changed segments.
+    try:
+        log.replace_segments(new, old, [sizes[id(s)] for s in old])
+    except StorageError as e:
+        raise _GroupChangedError(str(e)) from e
 
 
 # ---- the cleaner threads and checkpoints (LogCleaner + LogCleanerManager) ----------------

@@ -314,7 +314,7 @@ class Log:
     def _append(self, buf: memoryview, batches: list[BatchAppend], first: int, now: int,
                 append_time: int) -> LogAppendInfo:
         last = batches[-1].last_offset
-        segment = self._maybe_roll(len(buf), last, now)
+        segment = self._maybe_roll(len(buf), last, now, len(batches))
         segment.append(buf, batches)
         self._log_end_offset = last + 1
         self._unflushed_messages += last + 1 - first
@@ -327,10 +327,15 @@ class Log:
             log_start_offset=self.log_start_offset, valid_bytes=len(buf),
         )
 
-    def _maybe_roll(self, size: int, last_offset: int, now: int) -> LogSegment:
+    def _maybe_roll(self, size: int, last_offset: int, now: int, batch_count: int) -> LogSegment:
         segment = self._segments[-1]
-        roll_ms = self.config.segment_ms - self._jitter()
-        if segment.should_roll(size, last_offset, now, self.config.segment_bytes, roll_ms):
+        config = self.config
+        roll_ms = config.segment_ms
+        if config.compact:  # a quiet active segment must still become cleanable in time
+            roll_ms = min(roll_ms, config.max_compaction_lag_ms)
+        roll_ms -= self._jitter()
+        if segment.should_roll(size, last_offset, now, config.segment_bytes, roll_ms,
+                               batch_count):
             segment = self.roll(now)
         return segment
 
@@ -545,13 +550,26 @@ class Log:
             self.log_start_offset = offset
             self.recovery_point = offset
 
-    def replace_segments(self, new: LogSegment, old: list[LogSegment]) -> None:
+    def replace_segments(self, new: LogSegment, old: list[LogSegment],
+                         expected_sizes: list[int] | None = None) -> None:
         """Swaps a compacted segment (written with the .cleaned suffix, flushed) in for the
         segments it replaces, with Kafka's crash-safe steps: .cleaned -> .swap; old
-        segments -> .deleted; .swap -> live. A crash at any step is completed on open."""
+        segments -> .deleted; .swap -> live. A crash at any step is completed on open:
+        old segments starting below the swap's next offset are dropped then, so the new
+        segment must end where the old ones did (the cleaner keeps their last batch).
+
+        Refuses (StorageError, nothing changed) when the old segments are no longer what
+        the caller read: gone, the active segment, or resized (by a truncation).
+        """
         with self._lock:
-            if not old or any(s not in self._segments for s in old):
-                raise StorageError(f"{self.name}: segments to replace are no longer in the log")
+            if (
+                not old
+                or any(s not in self._segments for s in old)
+                or old[-1] is self._segments[-1]
+                or (expected_sizes is not None
+                    and [s.size for s in old] != list(expected_sizes))
+            ):
+                raise StorageError(f"{self.name}: segments to replace changed meanwhile")
             new.rename_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
             i = self._segments.index(old[0])
             del self._segments[i : i + len(old)]
@@ -602,6 +620,7 @@ def _complete_interrupted_operations(directory: Path, config: LogConfig) -> None
     """What a crash can leave half done: deletions (finish them), compaction output not yet
     swapped in (.cleaned: discard), and swaps (.swap: complete them, as Kafka does)."""
     swaps: list[int] = []
+    swap_indexes: list[tuple[int, str]] = []
     for name in os.listdir(directory):
         match = _SEGMENT_FILE.match(name)
         if match is None:
@@ -609,8 +628,15 @@ def _complete_interrupted_operations(directory: Path, config: LogConfig) -> None
         suffix = match.group(3)
         if suffix in (DELETED_SUFFIX, CLEANED_SUFFIX):
             (directory / name).unlink()
-        elif suffix == SWAP_SUFFIX and match.group(2) == "log":
-            swaps.append(int(match.group(1)))
+        elif suffix == SWAP_SUFFIX:
+            if match.group(2) == "log":
+                swaps.append(int(match.group(1)))
+            else:
+                swap_indexes.append((int(match.group(1)), name))
+    # Index .swap files without their .log.swap: the swap went live; the indexes are rebuilt.
+    for base, name in swap_indexes:
+        if base not in swaps:
+            (directory / name).unlink()
     for base in swaps:
         swap = _segment(directory, base, config, active=False, now=0, suffix=SWAP_SUFFIX)
         swap.rebuild_indexes()  # its indexes may be missing; this also validates it

@@ -2,10 +2,10 @@
 
 On start-up it loads each `<topic>-<partition>` directory, recovering those that a crash
 left unflushed (no clean-shutdown marker); it then removes the marker, so that a crash
-from here on is noticed. In the background it applies retention, flushes logs whose
-flush.ms has passed, checkpoints recovery points and log start offsets, and removes
-deleted files after file.delete.delay.ms. Shutdown flushes and closes every log, writes
-the checkpoints and the clean-shutdown marker.
+from here on is noticed. In the background it applies retention and compaction (the
+LogCleaner), flushes logs whose flush.ms has passed, checkpoints recovery points and log
+start offsets, and removes deleted files after file.delete.delay.ms. Shutdown flushes
+and closes every log, writes the checkpoints and the clean-shutdown marker.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from odradek.storage.checkpoints import (
     remove_clean_shutdown_marker,
     write_clean_shutdown_marker,
 )
+from odradek.storage.cleaner import CleanerConfig, LogCleaner
 from odradek.storage.config import LogConfig
 from odradek.storage.errors import StorageError
 from odradek.storage.log import Clock, Log, parse_partition_dir, system_clock
@@ -48,6 +49,8 @@ class LogManagerConfig:
     recovery_point_checkpoint_interval_ms: int = 60_000  # log.flush.offset.checkpoint.interval.ms
     log_start_offset_checkpoint_interval_ms: int = 60_000  # ...start.offset.checkpoint...
     file_delete_check_interval_ms: int = 1000
+    cleaner_enable: bool = True  # log.cleaner.enable: compaction of compacted topics
+    cleaner_threads: int = 1  # log.cleaner.threads
 
 
 class LogManager:
@@ -69,6 +72,7 @@ class LogManager:
         self._dir_of: dict[TopicPartition, Path] = {}
         self._lock = threading.Lock()
         self._scheduler: Scheduler | None = None
+        self.cleaner: LogCleaner | None = None
 
     # ---- lifecycle --------------------------------------------------------------------
 
@@ -126,9 +130,16 @@ class LogManager:
                            c.file_delete_check_interval_ms)
         scheduler.start()
         self._scheduler = scheduler
+        if c.cleaner_enable:
+            self.cleaner = LogCleaner(self.logs, config=CleanerConfig(threads=c.cleaner_threads),
+                                      clock=self.clock)
+            self.cleaner.start()
 
     def shutdown(self) -> None:
         """A clean shutdown: the next start-up needs no recovery."""
+        if self.cleaner is not None:
+            self.cleaner.shutdown()
+            self.cleaner = None
         if self._scheduler is not None:
             self._scheduler.shutdown()
             self._scheduler = None
@@ -177,6 +188,9 @@ class LogManager:
             self._dir_of.pop((topic, partition), None)
         if partition_log is None:
             return
+        if self.cleaner is not None:
+            self.cleaner.pause_cleaning(partition_log)
+            self.cleaner.forget(partition_log)
         partition_log.close()
         directory = partition_log.directory
         doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{_DELETE_DIR_SUFFIX}")

@@ -120,7 +120,15 @@ class LogSegment:
 
     def fileno(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            path = self.log_path
+            try:
+                self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            except FileNotFoundError:
+                # Renamed (to .deleted, or from .swap) between reading the path and opening
+                # it: the rename updated log_path, so the file is there under its new name.
+                if self.log_path == path:
+                    raise
+                self._fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
         return self._fd
 
     def create(self) -> None:
@@ -250,7 +258,9 @@ class LogSegment:
         self.time_index.trim_to_valid_size()
 
     def should_roll(self, batch_bytes: int, last_offset: int, now_ms: int, config_bytes: int,
-                    roll_ms: int) -> bool:
+                    roll_ms: int, batch_count: int = 1) -> bool:
+        """Kafka's reasons to roll before an append: size, age, relative-offset overflow,
+        and indexes without room for one entry per appended batch."""
         if self.size == 0:
             return False
         since = self.rolling_based_timestamp
@@ -259,8 +269,8 @@ class LogSegment:
         return (
             self.size > config_bytes - batch_bytes
             or now_ms - since > roll_ms
-            or self.offset_index.is_full
-            or self.time_index.is_full
+            or self.offset_index.entries + batch_count > self.offset_index.max_entries
+            or self.time_index.entries + batch_count > self.time_index.max_entries
             or not self.can_hold(last_offset)
         )
 
