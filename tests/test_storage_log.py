@@ -245,9 +245,9 @@ def test_truncate_to(tmp_path: Path) -> None:
     log = open_log(tmp_path, segment_bytes="400")
     for _ in range(5):
         log.append_as_leader(batch(2, size=150))
-    log.truncate_to(5)  # inside batch 4-5: the whole batch goes
-    assert log.log_end_offset == 4
-    assert log.append_as_leader(batch(1)).first_offset == 4
+    log.truncate_to(6)  # a batch boundary, where a follower truncates
+    assert log.log_end_offset == 6
+    assert log.read(4, 1 << 20).read() and log.append_as_leader(batch(1)).first_offset == 6
     log.truncate_to(0)
     assert (log.log_start_offset, log.log_end_offset) == (0, 0)
 

@@ -202,6 +202,10 @@ class Log:
         active.offset_index.make_writable()
         active.time_index.make_writable()
         self._log_end_offset = None
+        if self.log_end_offset < self.log_start_offset:
+            # The crash lost data below a checkpointed log start: start over there, as
+            # Kafka's LogLoader does, so offsets below it are never handed out again.
+            self.truncate_fully_and_start_at(self.log_start_offset)
         self.recovery_point = self.log_end_offset
         self.flush()
 
@@ -483,30 +487,28 @@ class Log:
             return [s.base_offset for s in deleted]
 
     def _deletable_prefix(self, now: int) -> int:
+        """How many of the oldest segments go: Kafka's three passes one after another (log
+        start offset, then retention.bytes, then retention.ms), each from where the last
+        stopped, each stopping at the first segment it keeps."""
         segments = self._segments
         count = 0
-        # Below the log start offset: the next segment starts at or before it.
         while count < len(segments) - 1 and self._bases[count + 1] <= self.log_start_offset:
             count += 1
         if not self.config.delete:
             return count
-        retention_ms = self.config.retention_ms
-        if retention_ms >= 0:
-            by_time = 0
-            while (
-                by_time < len(segments)
-                and now - segments[by_time].largest_timestamp > retention_ms
-            ):
-                by_time += 1
-            count = max(count, by_time)
         retention_bytes = self.config.retention_bytes
         if retention_bytes >= 0:
-            excess = sum(s.size for s in segments) - retention_bytes
-            by_size = 0
-            while by_size < len(segments) and excess - segments[by_size].size >= 0:
-                excess -= segments[by_size].size
-                by_size += 1
-            count = max(count, by_size)
+            excess = sum(s.size for s in segments[count:]) - retention_bytes
+            while count < len(segments) and excess - segments[count].size >= 0:
+                excess -= segments[count].size
+                count += 1
+        retention_ms = self.config.retention_ms
+        if retention_ms >= 0:
+            while (
+                count < len(segments)
+                and now - segments[count].largest_timestamp > retention_ms
+            ):
+                count += 1
         return count
 
     def delete_pending_files(self, now: int) -> int:
@@ -535,8 +537,10 @@ class Log:
             active.offset_index.make_writable()
             active.time_index.make_writable()
             active.truncate_to(offset)
-            self._log_end_offset = None
+            # As Kafka: the end is the target, even after a compaction gap below it.
+            self._log_end_offset = offset
             self.recovery_point = min(self.recovery_point, offset)
+            self.log_start_offset = min(self.log_start_offset, offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         with self._lock:

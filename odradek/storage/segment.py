@@ -157,6 +157,7 @@ class LogSegment:
         self.time_index.flush()
 
     def close(self) -> None:
+        self._append_final_time_index_entry()
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
         if self._fd is not None:
@@ -251,11 +252,18 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """On roll: a last time-index entry for the segment's max, then trim both indexes."""
-        ts, offset = self.max_timestamp_and_offset()
-        if ts != NO_TIMESTAMP:
-            self.time_index.maybe_append(ts, offset, skip_full_check=True)
+        self._append_final_time_index_entry()
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
+
+    def _append_final_time_index_entry(self) -> None:
+        """The segment's largest timestamp in its time index, as Kafka writes it on roll,
+        close and recovery: retention reads it from there after a restart."""
+        if self._max_timestamp is None:
+            return  # never loaded, so the index already ends with it
+        ts, offset = self._max_timestamp
+        if ts != NO_TIMESTAMP and self.time_index.writable:
+            self.time_index.maybe_append(ts, offset, skip_full_check=True)
 
     def should_roll(self, batch_bytes: int, last_offset: int, now_ms: int, config_bytes: int,
                     roll_ms: int, batch_count: int = 1) -> bool:
@@ -263,8 +271,11 @@ class LogSegment:
         and indexes without room for one entry per appended batch."""
         if self.size == 0:
             return False
+        if self.rolling_based_timestamp is None:  # reopened: Kafka's loadFirstBatchTimestamp
+            first = RecordBatchHeader.parse(self.pread(0, RECORD_BATCH_OVERHEAD))
+            self.rolling_based_timestamp = first.max_timestamp
         since = self.rolling_based_timestamp
-        if since is None or since < 0:
+        if since < 0:
             since = self.created_ms
         return (
             self.size > config_bytes - batch_bytes
@@ -381,7 +392,10 @@ class LogSegment:
                 chunk = os.pread(fd, min(_RECOVERY_CHUNK, size - position), position)
                 if len(chunk) < RECORD_BATCH_OVERHEAD:
                     break  # torn: not even a whole header
-            header = RecordBatchHeader.parse(chunk, rel)
+            try:
+                header = RecordBatchHeader.parse(chunk, rel)
+            except ProtocolError:
+                break  # not a v2 batch header: garbage or zeros where a batch should be
             batch_size = header.size_in_bytes
             if batch_size < RECORD_BATCH_OVERHEAD or position + batch_size > size:
                 break  # torn, or a length field no valid batch has
@@ -404,6 +418,7 @@ class LogSegment:
             next_offset = header.last_offset + 1
             position += batch_size
         self._index_batches(0, valid)
+        self._append_final_time_index_entry()
         truncated = size - position
         if truncated:
             os.ftruncate(fd, position)
