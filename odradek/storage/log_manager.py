@@ -197,11 +197,6 @@ class LogManager:
         os.replace(directory, doomed)
         shutil.rmtree(doomed, ignore_errors=True)
 
-    def update_config(self, topic: str, config: LogConfig) -> None:
-        for (t, _), partition_log in list(self._logs.items()):
-            if t == topic:
-                partition_log.config = config
-
     # ---- background chores (public so tests drive them with their own clock) -----------
 
     def cleanup_logs(self) -> int:
