@@ -277,7 +277,7 @@ def write_tagged_fields(
     unknown: list[tuple[int, bytes]] | None,
 ) -> None:
     """Writes a tagged-field section: count, then (tag, size, data) in ascending tag order."""
-    fields = known + unknown if unknown else known
+    fields: list[tuple[int, Buffer]] = [*known, *unknown] if unknown else known
     if len(fields) > 1:
         fields = sorted(fields, key=_tag_of)
     write_uvarint(out, len(fields))

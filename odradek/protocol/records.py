@@ -534,7 +534,7 @@ Header = tuple[str, bytes | None]
 
 @dataclass(slots=True)
 class Record:
-    """One record of a batch. offset and timestamp are absolute, set when decoded."""
+    """One record of a batch. offset and timestamp are absolute, set by decode_records."""
 
     offset_delta: int
     timestamp_delta: int
@@ -542,8 +542,8 @@ class Record:
     value: bytes | None
     headers: list[Header] = field(default_factory=list)
     attributes: int = 0
-    offset: int | None = None
-    timestamp: int | None = None
+    offset: int = 0
+    timestamp: int = 0
 
 
 class SimpleRecord(NamedTuple):

@@ -20,13 +20,13 @@ log = logging.getLogger(__name__)
 class Scheduler:
     def __init__(self, name: str) -> None:
         self.name = name
-        self._tasks: list[tuple[float, int, str, Callable[[], None], float]] = []
+        self._tasks: list[tuple[float, int, str, Callable[[], object], float]] = []
         self._sequence = itertools.count()
         self._condition = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
 
-    def schedule(self, name: str, task: Callable[[], None], period_ms: int,
+    def schedule(self, name: str, task: Callable[[], object], period_ms: int,
                  delay_ms: int | None = None) -> None:
         """Runs `task` every period_ms, first after delay_ms (default: one period)."""
         period = period_ms / 1000

@@ -15,8 +15,8 @@ def _upper_snake(name: str) -> str:
 
 
 def emit_api_keys(specs: list[MessageSpec]) -> str:
-    requests = {s.api_key: s for s in specs if s.type == "request"}
-    responses = {s.api_key: s for s in specs if s.type == "response"}
+    requests = {s.api_key: s for s in specs if s.type == "request" and s.api_key is not None}
+    responses = {s.api_key: s for s in specs if s.type == "response" and s.api_key is not None}
     lines = [
         HEADER.format(source="message/*Request.json and *Response.json"),
         '"""Every Kafka API: its key, valid, deprecated and flexible versions."""',

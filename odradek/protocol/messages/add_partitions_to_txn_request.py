@@ -118,8 +118,8 @@ def _encode_add_partitions_to_txn_transaction_v4_5(self: AddPartitionsToTxnTrans
     write_compact_string(out, self.transactional_id)
     out += _I64_I16_BOOL.pack(self.producer_id, self.producer_epoch, self.verify_only)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_add_partitions_to_txn_topic_v3_5(item, out)
+    for topics_item in self.topics:
+        _encode_add_partitions_to_txn_topic_v3_5(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -133,8 +133,8 @@ def _decode_add_partitions_to_txn_transaction_v4_5(buf: Buffer, pos: int) -> tup
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_add_partitions_to_txn_topic_v3_5(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_add_partitions_to_txn_topic_v3_5(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AddPartitionsToTxnTransaction(transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch, verify_only=verify_only, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -145,8 +145,8 @@ def _encode_add_partitions_to_txn_request_v0_2(self: AddPartitionsToTxnRequest, 
     write_string(out, self.v3_and_below_transactional_id)
     out += _I64_I16.pack(self.v3_and_below_producer_id, self.v3_and_below_producer_epoch)
     out += INT32.pack(len(self.v3_and_below_topics))
-    for item in self.v3_and_below_topics:
-        _encode_add_partitions_to_txn_topic_v0_2(item, out)
+    for v3_and_below_topics_item in self.v3_and_below_topics:
+        _encode_add_partitions_to_txn_topic_v0_2(v3_and_below_topics_item, out)
 
 
 def _decode_add_partitions_to_txn_request_v0_2(buf: Buffer, pos: int) -> tuple[AddPartitionsToTxnRequest, int]:
@@ -156,8 +156,8 @@ def _decode_add_partitions_to_txn_request_v0_2(buf: Buffer, pos: int) -> tuple[A
     count, pos = read_array_length(buf, pos, False)
     v3_and_below_topics = []
     for _ in range(count):
-        item, pos = _decode_add_partitions_to_txn_topic_v0_2(buf, pos)
-        v3_and_below_topics.append(item)
+        v3_and_below_topics_item, pos = _decode_add_partitions_to_txn_topic_v0_2(buf, pos)
+        v3_and_below_topics.append(v3_and_below_topics_item)
     return AddPartitionsToTxnRequest(v3_and_below_transactional_id=v3_and_below_transactional_id, v3_and_below_producer_id=v3_and_below_producer_id, v3_and_below_producer_epoch=v3_and_below_producer_epoch, v3_and_below_topics=v3_and_below_topics), pos
 
 
@@ -167,8 +167,8 @@ def _encode_add_partitions_to_txn_request_v3(self: AddPartitionsToTxnRequest, ou
     write_compact_string(out, self.v3_and_below_transactional_id)
     out += _I64_I16.pack(self.v3_and_below_producer_id, self.v3_and_below_producer_epoch)
     write_uvarint(out, len(self.v3_and_below_topics) + 1)
-    for item in self.v3_and_below_topics:
-        _encode_add_partitions_to_txn_topic_v3_5(item, out)
+    for v3_and_below_topics_item in self.v3_and_below_topics:
+        _encode_add_partitions_to_txn_topic_v3_5(v3_and_below_topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -182,16 +182,16 @@ def _decode_add_partitions_to_txn_request_v3(buf: Buffer, pos: int) -> tuple[Add
     count, pos = read_compact_array_length(buf, pos, False)
     v3_and_below_topics = []
     for _ in range(count):
-        item, pos = _decode_add_partitions_to_txn_topic_v3_5(buf, pos)
-        v3_and_below_topics.append(item)
+        v3_and_below_topics_item, pos = _decode_add_partitions_to_txn_topic_v3_5(buf, pos)
+        v3_and_below_topics.append(v3_and_below_topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AddPartitionsToTxnRequest(v3_and_below_transactional_id=v3_and_below_transactional_id, v3_and_below_producer_id=v3_and_below_producer_id, v3_and_below_producer_epoch=v3_and_below_producer_epoch, v3_and_below_topics=v3_and_below_topics, unknown_tagged_fields=unknown), pos
 
 
 def _encode_add_partitions_to_txn_request_v4_5(self: AddPartitionsToTxnRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.transactions) + 1)
-    for item in self.transactions:
-        _encode_add_partitions_to_txn_transaction_v4_5(item, out)
+    for transactions_item in self.transactions:
+        _encode_add_partitions_to_txn_transaction_v4_5(transactions_item, out)
     if self.v3_and_below_transactional_id:
         raise EncodeError("v3_and_below_transactional_id exists only in versions 0-3 and is not ignorable")
     if self.v3_and_below_producer_id != 0:
@@ -210,8 +210,8 @@ def _decode_add_partitions_to_txn_request_v4_5(buf: Buffer, pos: int) -> tuple[A
     count, pos = read_compact_array_length(buf, pos, False)
     transactions = []
     for _ in range(count):
-        item, pos = _decode_add_partitions_to_txn_transaction_v4_5(buf, pos)
-        transactions.append(item)
+        transactions_item, pos = _decode_add_partitions_to_txn_transaction_v4_5(buf, pos)
+        transactions.append(transactions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AddPartitionsToTxnRequest(transactions=transactions, unknown_tagged_fields=unknown), pos
 

@@ -113,8 +113,8 @@ def _decode_add_partitions_to_txn_partition_result_v3_5(buf: Buffer, pos: int) -
 def _encode_add_partitions_to_txn_topic_result_v0_2(self: AddPartitionsToTxnTopicResult, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.results_by_partition))
-    for item in self.results_by_partition:
-        _encode_add_partitions_to_txn_partition_result_v0_2(item, out)
+    for results_by_partition_item in self.results_by_partition:
+        _encode_add_partitions_to_txn_partition_result_v0_2(results_by_partition_item, out)
 
 
 def _decode_add_partitions_to_txn_topic_result_v0_2(buf: Buffer, pos: int) -> tuple[AddPartitionsToTxnTopicResult, int]:
@@ -122,16 +122,16 @@ def _decode_add_partitions_to_txn_topic_result_v0_2(buf: Buffer, pos: int) -> tu
     count, pos = read_array_length(buf, pos, False)
     results_by_partition = []
     for _ in range(count):
-        item, pos = _decode_add_partitions_to_txn_partition_result_v0_2(buf, pos)
-        results_by_partition.append(item)
+        results_by_partition_item, pos = _decode_add_partitions_to_txn_partition_result_v0_2(buf, pos)
+        results_by_partition.append(results_by_partition_item)
     return AddPartitionsToTxnTopicResult(name=name, results_by_partition=results_by_partition), pos
 
 
 def _encode_add_partitions_to_txn_topic_result_v3_5(self: AddPartitionsToTxnTopicResult, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.results_by_partition) + 1)
-    for item in self.results_by_partition:
-        _encode_add_partitions_to_txn_partition_result_v3_5(item, out)
+    for results_by_partition_item in self.results_by_partition:
+        _encode_add_partitions_to_txn_partition_result_v3_5(results_by_partition_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -143,8 +143,8 @@ def _decode_add_partitions_to_txn_topic_result_v3_5(buf: Buffer, pos: int) -> tu
     count, pos = read_compact_array_length(buf, pos, False)
     results_by_partition = []
     for _ in range(count):
-        item, pos = _decode_add_partitions_to_txn_partition_result_v3_5(buf, pos)
-        results_by_partition.append(item)
+        results_by_partition_item, pos = _decode_add_partitions_to_txn_partition_result_v3_5(buf, pos)
+        results_by_partition.append(results_by_partition_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AddPartitionsToTxnTopicResult(name=name, results_by_partition=results_by_partition, unknown_tagged_fields=unknown), pos
 
@@ -152,8 +152,8 @@ def _decode_add_partitions_to_txn_topic_result_v3_5(buf: Buffer, pos: int) -> tu
 def _encode_add_partitions_to_txn_result_v4_5(self: AddPartitionsToTxnResult, out: bytearray) -> None:
     write_compact_string(out, self.transactional_id)
     write_uvarint(out, len(self.topic_results) + 1)
-    for item in self.topic_results:
-        _encode_add_partitions_to_txn_topic_result_v3_5(item, out)
+    for topic_results_item in self.topic_results:
+        _encode_add_partitions_to_txn_topic_result_v3_5(topic_results_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -165,8 +165,8 @@ def _decode_add_partitions_to_txn_result_v4_5(buf: Buffer, pos: int) -> tuple[Ad
     count, pos = read_compact_array_length(buf, pos, False)
     topic_results = []
     for _ in range(count):
-        item, pos = _decode_add_partitions_to_txn_topic_result_v3_5(buf, pos)
-        topic_results.append(item)
+        topic_results_item, pos = _decode_add_partitions_to_txn_topic_result_v3_5(buf, pos)
+        topic_results.append(topic_results_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AddPartitionsToTxnResult(transactional_id=transactional_id, topic_results=topic_results, unknown_tagged_fields=unknown), pos
 
@@ -176,8 +176,8 @@ def _encode_add_partitions_to_txn_response_v0_2(self: AddPartitionsToTxnResponse
         raise EncodeError("results_by_transaction exists only in versions 4+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.results_by_topic_v3_and_below))
-    for item in self.results_by_topic_v3_and_below:
-        _encode_add_partitions_to_txn_topic_result_v0_2(item, out)
+    for results_by_topic_v3_and_below_item in self.results_by_topic_v3_and_below:
+        _encode_add_partitions_to_txn_topic_result_v0_2(results_by_topic_v3_and_below_item, out)
 
 
 def _decode_add_partitions_to_txn_response_v0_2(buf: Buffer, pos: int) -> tuple[AddPartitionsToTxnResponse, int]:
@@ -186,8 +186,8 @@ def _decode_add_partitions_to_txn_response_v0_2(buf: Buffer, pos: int) -> tuple[
     count, pos = read_array_length(buf, pos, False)
     results_by_topic_v3_and_below = []
     for _ in range(count):
-        item, pos = _decode_add_partitions_to_txn_topic_result_v0_2(buf, pos)
-        results_by_topic_v3_and_below.append(item)
+        results_by_topic_v3_and_below_item, pos = _decode_add_partitions_to_txn_topic_result_v0_2(buf, pos)
+        results_by_topic_v3_and_below.append(results_by_topic_v3_and_below_item)
     return AddPartitionsToTxnResponse(throttle_time_ms=throttle_time_ms, results_by_topic_v3_and_below=results_by_topic_v3_and_below), pos
 
 
@@ -196,8 +196,8 @@ def _encode_add_partitions_to_txn_response_v3(self: AddPartitionsToTxnResponse, 
         raise EncodeError("results_by_transaction exists only in versions 4+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.results_by_topic_v3_and_below) + 1)
-    for item in self.results_by_topic_v3_and_below:
-        _encode_add_partitions_to_txn_topic_result_v3_5(item, out)
+    for results_by_topic_v3_and_below_item in self.results_by_topic_v3_and_below:
+        _encode_add_partitions_to_txn_topic_result_v3_5(results_by_topic_v3_and_below_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -210,8 +210,8 @@ def _decode_add_partitions_to_txn_response_v3(buf: Buffer, pos: int) -> tuple[Ad
     count, pos = read_compact_array_length(buf, pos, False)
     results_by_topic_v3_and_below = []
     for _ in range(count):
-        item, pos = _decode_add_partitions_to_txn_topic_result_v3_5(buf, pos)
-        results_by_topic_v3_and_below.append(item)
+        results_by_topic_v3_and_below_item, pos = _decode_add_partitions_to_txn_topic_result_v3_5(buf, pos)
+        results_by_topic_v3_and_below.append(results_by_topic_v3_and_below_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AddPartitionsToTxnResponse(throttle_time_ms=throttle_time_ms, results_by_topic_v3_and_below=results_by_topic_v3_and_below, unknown_tagged_fields=unknown), pos
 
@@ -219,8 +219,8 @@ def _decode_add_partitions_to_txn_response_v3(buf: Buffer, pos: int) -> tuple[Ad
 def _encode_add_partitions_to_txn_response_v4_5(self: AddPartitionsToTxnResponse, out: bytearray) -> None:
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_uvarint(out, len(self.results_by_transaction) + 1)
-    for item in self.results_by_transaction:
-        _encode_add_partitions_to_txn_result_v4_5(item, out)
+    for results_by_transaction_item in self.results_by_transaction:
+        _encode_add_partitions_to_txn_result_v4_5(results_by_transaction_item, out)
     if self.results_by_topic_v3_and_below:
         raise EncodeError("results_by_topic_v3_and_below exists only in versions 0-3 and is not ignorable")
     if self.unknown_tagged_fields:
@@ -235,8 +235,8 @@ def _decode_add_partitions_to_txn_response_v4_5(buf: Buffer, pos: int) -> tuple[
     count, pos = read_compact_array_length(buf, pos, False)
     results_by_transaction = []
     for _ in range(count):
-        item, pos = _decode_add_partitions_to_txn_result_v4_5(buf, pos)
-        results_by_transaction.append(item)
+        results_by_transaction_item, pos = _decode_add_partitions_to_txn_result_v4_5(buf, pos)
+        results_by_transaction.append(results_by_transaction_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AddPartitionsToTxnResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, results_by_transaction=results_by_transaction, unknown_tagged_fields=unknown), pos
 

@@ -89,8 +89,8 @@ def _encode_add_raft_voter_request_v0(self: AddRaftVoterRequest, out: bytearray)
     out += _I32_I32.pack(self.timeout_ms, self.voter_id)
     out += self.voter_directory_id.bytes
     write_uvarint(out, len(self.listeners) + 1)
-    for item in self.listeners:
-        _encode_listener_v0(item, out)
+    for listeners_item in self.listeners:
+        _encode_listener_v0(listeners_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -105,8 +105,8 @@ def _decode_add_raft_voter_request_v0(buf: Buffer, pos: int) -> tuple[AddRaftVot
     count, pos = read_compact_array_length(buf, pos, False)
     listeners = []
     for _ in range(count):
-        item, pos = _decode_listener_v0(buf, pos)
-        listeners.append(item)
+        listeners_item, pos = _decode_listener_v0(buf, pos)
+        listeners.append(listeners_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AddRaftVoterRequest(cluster_id=cluster_id, timeout_ms=timeout_ms, voter_id=voter_id, voter_directory_id=voter_directory_id, listeners=listeners, unknown_tagged_fields=unknown), pos
 

@@ -144,34 +144,34 @@ def _decode_op_data_v1(buf: Buffer, pos: int) -> tuple[OpData, int]:
 
 def _encode_entry_data_v0(self: EntryData, out: bytearray) -> None:
     out += INT32.pack(len(self.entity))
-    for item in self.entity:
-        _encode_entity_data_v0(item, out)
+    for entity_item in self.entity:
+        _encode_entity_data_v0(entity_item, out)
     out += INT32.pack(len(self.ops))
-    for item in self.ops:
-        _encode_op_data_v0(item, out)
+    for ops_item in self.ops:
+        _encode_op_data_v0(ops_item, out)
 
 
 def _decode_entry_data_v0(buf: Buffer, pos: int) -> tuple[EntryData, int]:
     count, pos = read_array_length(buf, pos, False)
     entity = []
     for _ in range(count):
-        item, pos = _decode_entity_data_v0(buf, pos)
-        entity.append(item)
+        entity_item, pos = _decode_entity_data_v0(buf, pos)
+        entity.append(entity_item)
     count, pos = read_array_length(buf, pos, False)
     ops = []
     for _ in range(count):
-        item, pos = _decode_op_data_v0(buf, pos)
-        ops.append(item)
+        ops_item, pos = _decode_op_data_v0(buf, pos)
+        ops.append(ops_item)
     return EntryData(entity=entity, ops=ops), pos
 
 
 def _encode_entry_data_v1(self: EntryData, out: bytearray) -> None:
     write_uvarint(out, len(self.entity) + 1)
-    for item in self.entity:
-        _encode_entity_data_v1(item, out)
+    for entity_item in self.entity:
+        _encode_entity_data_v1(entity_item, out)
     write_uvarint(out, len(self.ops) + 1)
-    for item in self.ops:
-        _encode_op_data_v1(item, out)
+    for ops_item in self.ops:
+        _encode_op_data_v1(ops_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -182,21 +182,21 @@ def _decode_entry_data_v1(buf: Buffer, pos: int) -> tuple[EntryData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     entity = []
     for _ in range(count):
-        item, pos = _decode_entity_data_v1(buf, pos)
-        entity.append(item)
+        entity_item, pos = _decode_entity_data_v1(buf, pos)
+        entity.append(entity_item)
     count, pos = read_compact_array_length(buf, pos, False)
     ops = []
     for _ in range(count):
-        item, pos = _decode_op_data_v1(buf, pos)
-        ops.append(item)
+        ops_item, pos = _decode_op_data_v1(buf, pos)
+        ops.append(ops_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return EntryData(entity=entity, ops=ops, unknown_tagged_fields=unknown), pos
 
 
 def _encode_alter_client_quotas_request_v0(self: AlterClientQuotasRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.entries))
-    for item in self.entries:
-        _encode_entry_data_v0(item, out)
+    for entries_item in self.entries:
+        _encode_entry_data_v0(entries_item, out)
     out += _BOOL.pack(self.validate_only)
 
 
@@ -204,8 +204,8 @@ def _decode_alter_client_quotas_request_v0(buf: Buffer, pos: int) -> tuple[Alter
     count, pos = read_array_length(buf, pos, False)
     entries = []
     for _ in range(count):
-        item, pos = _decode_entry_data_v0(buf, pos)
-        entries.append(item)
+        entries_item, pos = _decode_entry_data_v0(buf, pos)
+        entries.append(entries_item)
     (validate_only,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     return AlterClientQuotasRequest(entries=entries, validate_only=validate_only), pos
@@ -213,8 +213,8 @@ def _decode_alter_client_quotas_request_v0(buf: Buffer, pos: int) -> tuple[Alter
 
 def _encode_alter_client_quotas_request_v1(self: AlterClientQuotasRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.entries) + 1)
-    for item in self.entries:
-        _encode_entry_data_v1(item, out)
+    for entries_item in self.entries:
+        _encode_entry_data_v1(entries_item, out)
     out += _BOOL.pack(self.validate_only)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -226,8 +226,8 @@ def _decode_alter_client_quotas_request_v1(buf: Buffer, pos: int) -> tuple[Alter
     count, pos = read_compact_array_length(buf, pos, False)
     entries = []
     for _ in range(count):
-        item, pos = _decode_entry_data_v1(buf, pos)
-        entries.append(item)
+        entries_item, pos = _decode_entry_data_v1(buf, pos)
+        entries.append(entries_item)
     (validate_only,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     unknown, pos = read_unknown_tagged_fields(buf, pos)

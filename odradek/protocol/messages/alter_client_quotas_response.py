@@ -105,8 +105,8 @@ def _encode_entry_data_v0(self: EntryData, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     write_nullable_string(out, self.error_message)
     out += INT32.pack(len(self.entity))
-    for item in self.entity:
-        _encode_entity_data_v0(item, out)
+    for entity_item in self.entity:
+        _encode_entity_data_v0(entity_item, out)
 
 
 def _decode_entry_data_v0(buf: Buffer, pos: int) -> tuple[EntryData, int]:
@@ -116,8 +116,8 @@ def _decode_entry_data_v0(buf: Buffer, pos: int) -> tuple[EntryData, int]:
     count, pos = read_array_length(buf, pos, False)
     entity = []
     for _ in range(count):
-        item, pos = _decode_entity_data_v0(buf, pos)
-        entity.append(item)
+        entity_item, pos = _decode_entity_data_v0(buf, pos)
+        entity.append(entity_item)
     return EntryData(error_code=error_code, error_message=error_message, entity=entity), pos
 
 
@@ -125,8 +125,8 @@ def _encode_entry_data_v1(self: EntryData, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     write_compact_nullable_string(out, self.error_message)
     write_uvarint(out, len(self.entity) + 1)
-    for item in self.entity:
-        _encode_entity_data_v1(item, out)
+    for entity_item in self.entity:
+        _encode_entity_data_v1(entity_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -140,8 +140,8 @@ def _decode_entry_data_v1(buf: Buffer, pos: int) -> tuple[EntryData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     entity = []
     for _ in range(count):
-        item, pos = _decode_entity_data_v1(buf, pos)
-        entity.append(item)
+        entity_item, pos = _decode_entity_data_v1(buf, pos)
+        entity.append(entity_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return EntryData(error_code=error_code, error_message=error_message, entity=entity, unknown_tagged_fields=unknown), pos
 
@@ -149,8 +149,8 @@ def _decode_entry_data_v1(buf: Buffer, pos: int) -> tuple[EntryData, int]:
 def _encode_alter_client_quotas_response_v0(self: AlterClientQuotasResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.entries))
-    for item in self.entries:
-        _encode_entry_data_v0(item, out)
+    for entries_item in self.entries:
+        _encode_entry_data_v0(entries_item, out)
 
 
 def _decode_alter_client_quotas_response_v0(buf: Buffer, pos: int) -> tuple[AlterClientQuotasResponse, int]:
@@ -159,16 +159,16 @@ def _decode_alter_client_quotas_response_v0(buf: Buffer, pos: int) -> tuple[Alte
     count, pos = read_array_length(buf, pos, False)
     entries = []
     for _ in range(count):
-        item, pos = _decode_entry_data_v0(buf, pos)
-        entries.append(item)
+        entries_item, pos = _decode_entry_data_v0(buf, pos)
+        entries.append(entries_item)
     return AlterClientQuotasResponse(throttle_time_ms=throttle_time_ms, entries=entries), pos
 
 
 def _encode_alter_client_quotas_response_v1(self: AlterClientQuotasResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.entries) + 1)
-    for item in self.entries:
-        _encode_entry_data_v1(item, out)
+    for entries_item in self.entries:
+        _encode_entry_data_v1(entries_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -181,8 +181,8 @@ def _decode_alter_client_quotas_response_v1(buf: Buffer, pos: int) -> tuple[Alte
     count, pos = read_compact_array_length(buf, pos, False)
     entries = []
     for _ in range(count):
-        item, pos = _decode_entry_data_v1(buf, pos)
-        entries.append(item)
+        entries_item, pos = _decode_entry_data_v1(buf, pos)
+        entries.append(entries_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AlterClientQuotasResponse(throttle_time_ms=throttle_time_ms, entries=entries, unknown_tagged_fields=unknown), pos
 

@@ -105,8 +105,8 @@ def _encode_alter_configs_resource_v0_1(self: AlterConfigsResource, out: bytearr
     out += _I8.pack(self.resource_type)
     write_string(out, self.resource_name)
     out += INT32.pack(len(self.configs))
-    for item in self.configs:
-        _encode_alterable_config_v0_1(item, out)
+    for configs_item in self.configs:
+        _encode_alterable_config_v0_1(configs_item, out)
 
 
 def _decode_alter_configs_resource_v0_1(buf: Buffer, pos: int) -> tuple[AlterConfigsResource, int]:
@@ -116,8 +116,8 @@ def _decode_alter_configs_resource_v0_1(buf: Buffer, pos: int) -> tuple[AlterCon
     count, pos = read_array_length(buf, pos, False)
     configs = []
     for _ in range(count):
-        item, pos = _decode_alterable_config_v0_1(buf, pos)
-        configs.append(item)
+        configs_item, pos = _decode_alterable_config_v0_1(buf, pos)
+        configs.append(configs_item)
     return AlterConfigsResource(resource_type=resource_type, resource_name=resource_name, configs=configs), pos
 
 
@@ -125,8 +125,8 @@ def _encode_alter_configs_resource_v2(self: AlterConfigsResource, out: bytearray
     out += _I8.pack(self.resource_type)
     write_compact_string(out, self.resource_name)
     write_uvarint(out, len(self.configs) + 1)
-    for item in self.configs:
-        _encode_alterable_config_v2(item, out)
+    for configs_item in self.configs:
+        _encode_alterable_config_v2(configs_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -140,16 +140,16 @@ def _decode_alter_configs_resource_v2(buf: Buffer, pos: int) -> tuple[AlterConfi
     count, pos = read_compact_array_length(buf, pos, False)
     configs = []
     for _ in range(count):
-        item, pos = _decode_alterable_config_v2(buf, pos)
-        configs.append(item)
+        configs_item, pos = _decode_alterable_config_v2(buf, pos)
+        configs.append(configs_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AlterConfigsResource(resource_type=resource_type, resource_name=resource_name, configs=configs, unknown_tagged_fields=unknown), pos
 
 
 def _encode_alter_configs_request_v0_1(self: AlterConfigsRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.resources))
-    for item in self.resources:
-        _encode_alter_configs_resource_v0_1(item, out)
+    for resources_item in self.resources:
+        _encode_alter_configs_resource_v0_1(resources_item, out)
     out += _BOOL.pack(self.validate_only)
 
 
@@ -157,8 +157,8 @@ def _decode_alter_configs_request_v0_1(buf: Buffer, pos: int) -> tuple[AlterConf
     count, pos = read_array_length(buf, pos, False)
     resources = []
     for _ in range(count):
-        item, pos = _decode_alter_configs_resource_v0_1(buf, pos)
-        resources.append(item)
+        resources_item, pos = _decode_alter_configs_resource_v0_1(buf, pos)
+        resources.append(resources_item)
     (validate_only,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     return AlterConfigsRequest(resources=resources, validate_only=validate_only), pos
@@ -166,8 +166,8 @@ def _decode_alter_configs_request_v0_1(buf: Buffer, pos: int) -> tuple[AlterConf
 
 def _encode_alter_configs_request_v2(self: AlterConfigsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.resources) + 1)
-    for item in self.resources:
-        _encode_alter_configs_resource_v2(item, out)
+    for resources_item in self.resources:
+        _encode_alter_configs_resource_v2(resources_item, out)
     out += _BOOL.pack(self.validate_only)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -179,8 +179,8 @@ def _decode_alter_configs_request_v2(buf: Buffer, pos: int) -> tuple[AlterConfig
     count, pos = read_compact_array_length(buf, pos, False)
     resources = []
     for _ in range(count):
-        item, pos = _decode_alter_configs_resource_v2(buf, pos)
-        resources.append(item)
+        resources_item, pos = _decode_alter_configs_resource_v2(buf, pos)
+        resources.append(resources_item)
     (validate_only,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     unknown, pos = read_unknown_tagged_fields(buf, pos)

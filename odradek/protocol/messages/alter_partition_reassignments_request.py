@@ -91,8 +91,8 @@ def _decode_reassignable_partition_v0(buf: Buffer, pos: int) -> tuple[Reassignab
 def _encode_reassignable_topic_v0(self: ReassignableTopic, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_reassignable_partition_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_reassignable_partition_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -104,8 +104,8 @@ def _decode_reassignable_topic_v0(buf: Buffer, pos: int) -> tuple[ReassignableTo
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_reassignable_partition_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_reassignable_partition_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ReassignableTopic(name=name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -113,8 +113,8 @@ def _decode_reassignable_topic_v0(buf: Buffer, pos: int) -> tuple[ReassignableTo
 def _encode_alter_partition_reassignments_request_v0(self: AlterPartitionReassignmentsRequest, out: bytearray) -> None:
     out += _I32.pack(self.timeout_ms)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_reassignable_topic_v0(item, out)
+    for topics_item in self.topics:
+        _encode_reassignable_topic_v0(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -127,8 +127,8 @@ def _decode_alter_partition_reassignments_request_v0(buf: Buffer, pos: int) -> t
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_reassignable_topic_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_reassignable_topic_v0(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AlterPartitionReassignmentsRequest(timeout_ms=timeout_ms, topics=topics, unknown_tagged_fields=unknown), pos
 

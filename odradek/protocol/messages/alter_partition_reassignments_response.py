@@ -91,8 +91,8 @@ def _decode_reassignable_partition_response_v0(buf: Buffer, pos: int) -> tuple[R
 def _encode_reassignable_topic_response_v0(self: ReassignableTopicResponse, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_reassignable_partition_response_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_reassignable_partition_response_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -104,8 +104,8 @@ def _decode_reassignable_topic_response_v0(buf: Buffer, pos: int) -> tuple[Reass
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_reassignable_partition_response_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_reassignable_partition_response_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ReassignableTopicResponse(name=name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -114,8 +114,8 @@ def _encode_alter_partition_reassignments_response_v0(self: AlterPartitionReassi
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_compact_nullable_string(out, self.error_message)
     write_uvarint(out, len(self.responses) + 1)
-    for item in self.responses:
-        _encode_reassignable_topic_response_v0(item, out)
+    for responses_item in self.responses:
+        _encode_reassignable_topic_response_v0(responses_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -129,8 +129,8 @@ def _decode_alter_partition_reassignments_response_v0(buf: Buffer, pos: int) -> 
     count, pos = read_compact_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_reassignable_topic_response_v0(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_reassignable_topic_response_v0(buf, pos)
+        responses.append(responses_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AlterPartitionReassignmentsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, responses=responses, unknown_tagged_fields=unknown), pos
 

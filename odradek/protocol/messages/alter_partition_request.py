@@ -166,8 +166,8 @@ def _encode_partition_data_v3(self: PartitionData, out: bytearray) -> None:
         raise EncodeError("new_isr exists only in versions 0-2 and is not ignorable")
     out += _I32_I32.pack(self.partition_index, self.leader_epoch)
     write_uvarint(out, len(self.new_isr_with_epochs) + 1)
-    for item in self.new_isr_with_epochs:
-        _encode_broker_state_v3(item, out)
+    for new_isr_with_epochs_item in self.new_isr_with_epochs:
+        _encode_broker_state_v3(new_isr_with_epochs_item, out)
     out += _I8_I32.pack(self.leader_recovery_state, self.partition_epoch)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -181,8 +181,8 @@ def _decode_partition_data_v3(buf: Buffer, pos: int) -> tuple[PartitionData, int
     count, pos = read_compact_array_length(buf, pos, False)
     new_isr_with_epochs = []
     for _ in range(count):
-        item, pos = _decode_broker_state_v3(buf, pos)
-        new_isr_with_epochs.append(item)
+        new_isr_with_epochs_item, pos = _decode_broker_state_v3(buf, pos)
+        new_isr_with_epochs.append(new_isr_with_epochs_item)
     (leader_recovery_state, partition_epoch) = _I8_I32.unpack_from(buf, pos)
     pos += 5
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -192,8 +192,8 @@ def _decode_partition_data_v3(buf: Buffer, pos: int) -> tuple[PartitionData, int
 def _encode_topic_data_v0(self: TopicData, out: bytearray) -> None:
     write_compact_string(out, self.topic_name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -205,8 +205,8 @@ def _decode_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicData(topic_name=topic_name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -214,8 +214,8 @@ def _decode_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
 def _encode_topic_data_v1(self: TopicData, out: bytearray) -> None:
     write_compact_string(out, self.topic_name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v1_2(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v1_2(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -227,8 +227,8 @@ def _decode_topic_data_v1(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v1_2(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v1_2(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicData(topic_name=topic_name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -236,8 +236,8 @@ def _decode_topic_data_v1(buf: Buffer, pos: int) -> tuple[TopicData, int]:
 def _encode_topic_data_v2(self: TopicData, out: bytearray) -> None:
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v1_2(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v1_2(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -249,8 +249,8 @@ def _decode_topic_data_v2(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v1_2(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v1_2(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicData(topic_id=topic_id, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -258,8 +258,8 @@ def _decode_topic_data_v2(buf: Buffer, pos: int) -> tuple[TopicData, int]:
 def _encode_topic_data_v3(self: TopicData, out: bytearray) -> None:
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v3(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v3(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -271,8 +271,8 @@ def _decode_topic_data_v3(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v3(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v3(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicData(topic_id=topic_id, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -280,8 +280,8 @@ def _decode_topic_data_v3(buf: Buffer, pos: int) -> tuple[TopicData, int]:
 def _encode_alter_partition_request_v0(self: AlterPartitionRequest, out: bytearray) -> None:
     out += _I32_I64.pack(self.broker_id, self.broker_epoch)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v0(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v0(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -294,8 +294,8 @@ def _decode_alter_partition_request_v0(buf: Buffer, pos: int) -> tuple[AlterPart
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v0(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AlterPartitionRequest(broker_id=broker_id, broker_epoch=broker_epoch, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -303,8 +303,8 @@ def _decode_alter_partition_request_v0(buf: Buffer, pos: int) -> tuple[AlterPart
 def _encode_alter_partition_request_v1(self: AlterPartitionRequest, out: bytearray) -> None:
     out += _I32_I64.pack(self.broker_id, self.broker_epoch)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v1(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v1(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -317,8 +317,8 @@ def _decode_alter_partition_request_v1(buf: Buffer, pos: int) -> tuple[AlterPart
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v1(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AlterPartitionRequest(broker_id=broker_id, broker_epoch=broker_epoch, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -326,8 +326,8 @@ def _decode_alter_partition_request_v1(buf: Buffer, pos: int) -> tuple[AlterPart
 def _encode_alter_partition_request_v2(self: AlterPartitionRequest, out: bytearray) -> None:
     out += _I32_I64.pack(self.broker_id, self.broker_epoch)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v2(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v2(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -340,8 +340,8 @@ def _decode_alter_partition_request_v2(buf: Buffer, pos: int) -> tuple[AlterPart
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v2(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v2(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AlterPartitionRequest(broker_id=broker_id, broker_epoch=broker_epoch, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -349,8 +349,8 @@ def _decode_alter_partition_request_v2(buf: Buffer, pos: int) -> tuple[AlterPart
 def _encode_alter_partition_request_v3(self: AlterPartitionRequest, out: bytearray) -> None:
     out += _I32_I64.pack(self.broker_id, self.broker_epoch)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v3(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v3(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -363,8 +363,8 @@ def _decode_alter_partition_request_v3(buf: Buffer, pos: int) -> tuple[AlterPart
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v3(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v3(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AlterPartitionRequest(broker_id=broker_id, broker_epoch=broker_epoch, topics=topics, unknown_tagged_fields=unknown), pos
 

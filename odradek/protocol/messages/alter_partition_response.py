@@ -132,8 +132,8 @@ def _decode_partition_data_v1_3(buf: Buffer, pos: int) -> tuple[PartitionData, i
 def _encode_topic_data_v0(self: TopicData, out: bytearray) -> None:
     write_compact_string(out, self.topic_name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -145,8 +145,8 @@ def _decode_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicData(topic_name=topic_name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -154,8 +154,8 @@ def _decode_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
 def _encode_topic_data_v1(self: TopicData, out: bytearray) -> None:
     write_compact_string(out, self.topic_name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v1_3(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v1_3(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -167,8 +167,8 @@ def _decode_topic_data_v1(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v1_3(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v1_3(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicData(topic_name=topic_name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -176,8 +176,8 @@ def _decode_topic_data_v1(buf: Buffer, pos: int) -> tuple[TopicData, int]:
 def _encode_topic_data_v2_3(self: TopicData, out: bytearray) -> None:
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v1_3(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v1_3(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -189,8 +189,8 @@ def _decode_topic_data_v2_3(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v1_3(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v1_3(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicData(topic_id=topic_id, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -198,8 +198,8 @@ def _decode_topic_data_v2_3(buf: Buffer, pos: int) -> tuple[TopicData, int]:
 def _encode_alter_partition_response_v0(self: AlterPartitionResponse, out: bytearray) -> None:
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v0(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v0(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -212,8 +212,8 @@ def _decode_alter_partition_response_v0(buf: Buffer, pos: int) -> tuple[AlterPar
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v0(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AlterPartitionResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -221,8 +221,8 @@ def _decode_alter_partition_response_v0(buf: Buffer, pos: int) -> tuple[AlterPar
 def _encode_alter_partition_response_v1(self: AlterPartitionResponse, out: bytearray) -> None:
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v1(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v1(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -235,8 +235,8 @@ def _decode_alter_partition_response_v1(buf: Buffer, pos: int) -> tuple[AlterPar
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v1(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AlterPartitionResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -244,8 +244,8 @@ def _decode_alter_partition_response_v1(buf: Buffer, pos: int) -> tuple[AlterPar
 def _encode_alter_partition_response_v2_3(self: AlterPartitionResponse, out: bytearray) -> None:
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v2_3(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v2_3(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -258,8 +258,8 @@ def _decode_alter_partition_response_v2_3(buf: Buffer, pos: int) -> tuple[AlterP
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v2_3(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v2_3(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AlterPartitionResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, topics=topics, unknown_tagged_fields=unknown), pos
 

@@ -99,8 +99,8 @@ def _decode_alter_replica_log_dir_topic_v2(buf: Buffer, pos: int) -> tuple[Alter
 def _encode_alter_replica_log_dir_v0_1(self: AlterReplicaLogDir, out: bytearray) -> None:
     write_string(out, self.path)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_alter_replica_log_dir_topic_v0_1(item, out)
+    for topics_item in self.topics:
+        _encode_alter_replica_log_dir_topic_v0_1(topics_item, out)
 
 
 def _decode_alter_replica_log_dir_v0_1(buf: Buffer, pos: int) -> tuple[AlterReplicaLogDir, int]:
@@ -108,16 +108,16 @@ def _decode_alter_replica_log_dir_v0_1(buf: Buffer, pos: int) -> tuple[AlterRepl
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_alter_replica_log_dir_topic_v0_1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_alter_replica_log_dir_topic_v0_1(buf, pos)
+        topics.append(topics_item)
     return AlterReplicaLogDir(path=path, topics=topics), pos
 
 
 def _encode_alter_replica_log_dir_v2(self: AlterReplicaLogDir, out: bytearray) -> None:
     write_compact_string(out, self.path)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_alter_replica_log_dir_topic_v2(item, out)
+    for topics_item in self.topics:
+        _encode_alter_replica_log_dir_topic_v2(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -129,31 +129,31 @@ def _decode_alter_replica_log_dir_v2(buf: Buffer, pos: int) -> tuple[AlterReplic
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_alter_replica_log_dir_topic_v2(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_alter_replica_log_dir_topic_v2(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AlterReplicaLogDir(path=path, topics=topics, unknown_tagged_fields=unknown), pos
 
 
 def _encode_alter_replica_log_dirs_request_v0_1(self: AlterReplicaLogDirsRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.dirs))
-    for item in self.dirs:
-        _encode_alter_replica_log_dir_v0_1(item, out)
+    for dirs_item in self.dirs:
+        _encode_alter_replica_log_dir_v0_1(dirs_item, out)
 
 
 def _decode_alter_replica_log_dirs_request_v0_1(buf: Buffer, pos: int) -> tuple[AlterReplicaLogDirsRequest, int]:
     count, pos = read_array_length(buf, pos, False)
     dirs = []
     for _ in range(count):
-        item, pos = _decode_alter_replica_log_dir_v0_1(buf, pos)
-        dirs.append(item)
+        dirs_item, pos = _decode_alter_replica_log_dir_v0_1(buf, pos)
+        dirs.append(dirs_item)
     return AlterReplicaLogDirsRequest(dirs=dirs), pos
 
 
 def _encode_alter_replica_log_dirs_request_v2(self: AlterReplicaLogDirsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.dirs) + 1)
-    for item in self.dirs:
-        _encode_alter_replica_log_dir_v2(item, out)
+    for dirs_item in self.dirs:
+        _encode_alter_replica_log_dir_v2(dirs_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -164,8 +164,8 @@ def _decode_alter_replica_log_dirs_request_v2(buf: Buffer, pos: int) -> tuple[Al
     count, pos = read_compact_array_length(buf, pos, False)
     dirs = []
     for _ in range(count):
-        item, pos = _decode_alter_replica_log_dir_v2(buf, pos)
-        dirs.append(item)
+        dirs_item, pos = _decode_alter_replica_log_dir_v2(buf, pos)
+        dirs.append(dirs_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AlterReplicaLogDirsRequest(dirs=dirs, unknown_tagged_fields=unknown), pos
 

@@ -96,8 +96,8 @@ def _decode_alter_replica_log_dir_partition_result_v2(buf: Buffer, pos: int) -> 
 def _encode_alter_replica_log_dir_topic_result_v0_1(self: AlterReplicaLogDirTopicResult, out: bytearray) -> None:
     write_string(out, self.topic_name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_alter_replica_log_dir_partition_result_v0_1(item, out)
+    for partitions_item in self.partitions:
+        _encode_alter_replica_log_dir_partition_result_v0_1(partitions_item, out)
 
 
 def _decode_alter_replica_log_dir_topic_result_v0_1(buf: Buffer, pos: int) -> tuple[AlterReplicaLogDirTopicResult, int]:
@@ -105,16 +105,16 @@ def _decode_alter_replica_log_dir_topic_result_v0_1(buf: Buffer, pos: int) -> tu
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_alter_replica_log_dir_partition_result_v0_1(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_alter_replica_log_dir_partition_result_v0_1(buf, pos)
+        partitions.append(partitions_item)
     return AlterReplicaLogDirTopicResult(topic_name=topic_name, partitions=partitions), pos
 
 
 def _encode_alter_replica_log_dir_topic_result_v2(self: AlterReplicaLogDirTopicResult, out: bytearray) -> None:
     write_compact_string(out, self.topic_name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_alter_replica_log_dir_partition_result_v2(item, out)
+    for partitions_item in self.partitions:
+        _encode_alter_replica_log_dir_partition_result_v2(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -126,8 +126,8 @@ def _decode_alter_replica_log_dir_topic_result_v2(buf: Buffer, pos: int) -> tupl
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_alter_replica_log_dir_partition_result_v2(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_alter_replica_log_dir_partition_result_v2(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AlterReplicaLogDirTopicResult(topic_name=topic_name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -135,8 +135,8 @@ def _decode_alter_replica_log_dir_topic_result_v2(buf: Buffer, pos: int) -> tupl
 def _encode_alter_replica_log_dirs_response_v0_1(self: AlterReplicaLogDirsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.results))
-    for item in self.results:
-        _encode_alter_replica_log_dir_topic_result_v0_1(item, out)
+    for results_item in self.results:
+        _encode_alter_replica_log_dir_topic_result_v0_1(results_item, out)
 
 
 def _decode_alter_replica_log_dirs_response_v0_1(buf: Buffer, pos: int) -> tuple[AlterReplicaLogDirsResponse, int]:
@@ -145,16 +145,16 @@ def _decode_alter_replica_log_dirs_response_v0_1(buf: Buffer, pos: int) -> tuple
     count, pos = read_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_alter_replica_log_dir_topic_result_v0_1(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_alter_replica_log_dir_topic_result_v0_1(buf, pos)
+        results.append(results_item)
     return AlterReplicaLogDirsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
 
 
 def _encode_alter_replica_log_dirs_response_v2(self: AlterReplicaLogDirsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.results) + 1)
-    for item in self.results:
-        _encode_alter_replica_log_dir_topic_result_v2(item, out)
+    for results_item in self.results:
+        _encode_alter_replica_log_dir_topic_result_v2(results_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -167,8 +167,8 @@ def _decode_alter_replica_log_dirs_response_v2(buf: Buffer, pos: int) -> tuple[A
     count, pos = read_compact_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_alter_replica_log_dir_topic_result_v2(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_alter_replica_log_dir_topic_result_v2(buf, pos)
+        results.append(results_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AlterReplicaLogDirsResponse(throttle_time_ms=throttle_time_ms, results=results, unknown_tagged_fields=unknown), pos
 

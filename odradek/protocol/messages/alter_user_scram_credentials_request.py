@@ -112,11 +112,11 @@ def _decode_scram_credential_upsertion_v0(buf: Buffer, pos: int) -> tuple[ScramC
 
 def _encode_alter_user_scram_credentials_request_v0(self: AlterUserScramCredentialsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.deletions) + 1)
-    for item in self.deletions:
-        _encode_scram_credential_deletion_v0(item, out)
+    for deletions_item in self.deletions:
+        _encode_scram_credential_deletion_v0(deletions_item, out)
     write_uvarint(out, len(self.upsertions) + 1)
-    for item in self.upsertions:
-        _encode_scram_credential_upsertion_v0(item, out)
+    for upsertions_item in self.upsertions:
+        _encode_scram_credential_upsertion_v0(upsertions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -127,13 +127,13 @@ def _decode_alter_user_scram_credentials_request_v0(buf: Buffer, pos: int) -> tu
     count, pos = read_compact_array_length(buf, pos, False)
     deletions = []
     for _ in range(count):
-        item, pos = _decode_scram_credential_deletion_v0(buf, pos)
-        deletions.append(item)
+        deletions_item, pos = _decode_scram_credential_deletion_v0(buf, pos)
+        deletions.append(deletions_item)
     count, pos = read_compact_array_length(buf, pos, False)
     upsertions = []
     for _ in range(count):
-        item, pos = _decode_scram_credential_upsertion_v0(buf, pos)
-        upsertions.append(item)
+        upsertions_item, pos = _decode_scram_credential_upsertion_v0(buf, pos)
+        upsertions.append(upsertions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AlterUserScramCredentialsRequest(deletions=deletions, upsertions=upsertions, unknown_tagged_fields=unknown), pos
 

@@ -78,8 +78,8 @@ def _decode_alter_user_scram_credentials_result_v0(buf: Buffer, pos: int) -> tup
 def _encode_alter_user_scram_credentials_response_v0(self: AlterUserScramCredentialsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.results) + 1)
-    for item in self.results:
-        _encode_alter_user_scram_credentials_result_v0(item, out)
+    for results_item in self.results:
+        _encode_alter_user_scram_credentials_result_v0(results_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -92,8 +92,8 @@ def _decode_alter_user_scram_credentials_response_v0(buf: Buffer, pos: int) -> t
     count, pos = read_compact_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_alter_user_scram_credentials_result_v0(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_alter_user_scram_credentials_result_v0(buf, pos)
+        results.append(results_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AlterUserScramCredentialsResponse(throttle_time_ms=throttle_time_ms, results=results, unknown_tagged_fields=unknown), pos
 

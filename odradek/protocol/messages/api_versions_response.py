@@ -163,8 +163,8 @@ def _decode_finalized_feature_key_v3_4(buf: Buffer, pos: int) -> tuple[Finalized
 def _encode_api_versions_response_v0(self: ApiVersionsResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     out += INT32.pack(len(self.api_keys))
-    for item in self.api_keys:
-        _encode_api_version_v0_2(item, out)
+    for api_keys_item in self.api_keys:
+        _encode_api_version_v0_2(api_keys_item, out)
 
 
 def _decode_api_versions_response_v0(buf: Buffer, pos: int) -> tuple[ApiVersionsResponse, int]:
@@ -173,16 +173,16 @@ def _decode_api_versions_response_v0(buf: Buffer, pos: int) -> tuple[ApiVersions
     count, pos = read_array_length(buf, pos, False)
     api_keys = []
     for _ in range(count):
-        item, pos = _decode_api_version_v0_2(buf, pos)
-        api_keys.append(item)
+        api_keys_item, pos = _decode_api_version_v0_2(buf, pos)
+        api_keys.append(api_keys_item)
     return ApiVersionsResponse(error_code=error_code, api_keys=api_keys), pos
 
 
 def _encode_api_versions_response_v1_2(self: ApiVersionsResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     out += INT32.pack(len(self.api_keys))
-    for item in self.api_keys:
-        _encode_api_version_v0_2(item, out)
+    for api_keys_item in self.api_keys:
+        _encode_api_version_v0_2(api_keys_item, out)
     out += _I32.pack(self.throttle_time_ms)
 
 
@@ -192,8 +192,8 @@ def _decode_api_versions_response_v1_2(buf: Buffer, pos: int) -> tuple[ApiVersio
     count, pos = read_array_length(buf, pos, False)
     api_keys = []
     for _ in range(count):
-        item, pos = _decode_api_version_v0_2(buf, pos)
-        api_keys.append(item)
+        api_keys_item, pos = _decode_api_version_v0_2(buf, pos)
+        api_keys.append(api_keys_item)
     (throttle_time_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     return ApiVersionsResponse(error_code=error_code, api_keys=api_keys, throttle_time_ms=throttle_time_ms), pos
@@ -202,15 +202,15 @@ def _decode_api_versions_response_v1_2(buf: Buffer, pos: int) -> tuple[ApiVersio
 def _encode_api_versions_response_v3_4(self: ApiVersionsResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     write_uvarint(out, len(self.api_keys) + 1)
-    for item in self.api_keys:
-        _encode_api_version_v3_4(item, out)
+    for api_keys_item in self.api_keys:
+        _encode_api_version_v3_4(api_keys_item, out)
     out += _I32.pack(self.throttle_time_ms)
     tagged: list[tuple[int, Buffer]] = []
     if self.supported_features:
         data = bytearray()
         write_uvarint(data, len(self.supported_features) + 1)
-        for item in self.supported_features:
-            _encode_supported_feature_key_v3_4(item, data)
+        for supported_features_item in self.supported_features:
+            _encode_supported_feature_key_v3_4(supported_features_item, data)
         tagged.append((0, data))
     if self.finalized_features_epoch != -1:
         data = bytearray()
@@ -219,8 +219,8 @@ def _encode_api_versions_response_v3_4(self: ApiVersionsResponse, out: bytearray
     if self.finalized_features:
         data = bytearray()
         write_uvarint(data, len(self.finalized_features) + 1)
-        for item in self.finalized_features:
-            _encode_finalized_feature_key_v3_4(item, data)
+        for finalized_features_item in self.finalized_features:
+            _encode_finalized_feature_key_v3_4(finalized_features_item, data)
         tagged.append((2, data))
     if self.zk_migration_ready:
         data = bytearray()
@@ -235,8 +235,8 @@ def _decode_api_versions_response_v3_4(buf: Buffer, pos: int) -> tuple[ApiVersio
     count, pos = read_compact_array_length(buf, pos, False)
     api_keys = []
     for _ in range(count):
-        item, pos = _decode_api_version_v3_4(buf, pos)
-        api_keys.append(item)
+        api_keys_item, pos = _decode_api_version_v3_4(buf, pos)
+        api_keys.append(api_keys_item)
     (throttle_time_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     supported_features = []
@@ -251,8 +251,8 @@ def _decode_api_versions_response_v3_4(buf: Buffer, pos: int) -> tuple[ApiVersio
             count, pos = read_compact_array_length(buf, pos, False)
             supported_features = []
             for _ in range(count):
-                item, pos = _decode_supported_feature_key_v3_4(buf, pos)
-                supported_features.append(item)
+                supported_features_item, pos = _decode_supported_feature_key_v3_4(buf, pos)
+                supported_features.append(supported_features_item)
             check_tag_end(pos, end, tag)
         elif tag == 1:
             (finalized_features_epoch,) = _I64.unpack_from(buf, pos)
@@ -262,8 +262,8 @@ def _decode_api_versions_response_v3_4(buf: Buffer, pos: int) -> tuple[ApiVersio
             count, pos = read_compact_array_length(buf, pos, False)
             finalized_features = []
             for _ in range(count):
-                item, pos = _decode_finalized_feature_key_v3_4(buf, pos)
-                finalized_features.append(item)
+                finalized_features_item, pos = _decode_finalized_feature_key_v3_4(buf, pos)
+                finalized_features.append(finalized_features_item)
             check_tag_end(pos, end, tag)
         elif tag == 3:
             (zk_migration_ready,) = _BOOL.unpack_from(buf, pos)

@@ -95,8 +95,8 @@ def _decode_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int
 def _encode_topic_data_v0(self: TopicData, out: bytearray) -> None:
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -108,8 +108,8 @@ def _decode_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicData(topic_id=topic_id, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -117,8 +117,8 @@ def _decode_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
 def _encode_directory_data_v0(self: DirectoryData, out: bytearray) -> None:
     out += self.id.bytes
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v0(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v0(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -130,8 +130,8 @@ def _decode_directory_data_v0(buf: Buffer, pos: int) -> tuple[DirectoryData, int
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v0(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DirectoryData(id=id, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -139,8 +139,8 @@ def _decode_directory_data_v0(buf: Buffer, pos: int) -> tuple[DirectoryData, int
 def _encode_assign_replicas_to_dirs_request_v0(self: AssignReplicasToDirsRequest, out: bytearray) -> None:
     out += _I32_I64.pack(self.broker_id, self.broker_epoch)
     write_uvarint(out, len(self.directories) + 1)
-    for item in self.directories:
-        _encode_directory_data_v0(item, out)
+    for directories_item in self.directories:
+        _encode_directory_data_v0(directories_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -153,8 +153,8 @@ def _decode_assign_replicas_to_dirs_request_v0(buf: Buffer, pos: int) -> tuple[A
     count, pos = read_compact_array_length(buf, pos, False)
     directories = []
     for _ in range(count):
-        item, pos = _decode_directory_data_v0(buf, pos)
-        directories.append(item)
+        directories_item, pos = _decode_directory_data_v0(buf, pos)
+        directories.append(directories_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AssignReplicasToDirsRequest(broker_id=broker_id, broker_epoch=broker_epoch, directories=directories, unknown_tagged_fields=unknown), pos
 

@@ -122,8 +122,8 @@ def _decode_partition_data_v1(buf: Buffer, pos: int) -> tuple[PartitionData, int
 def _encode_topic_data_v0(self: TopicData, out: bytearray) -> None:
     write_string(out, self.topic_name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_partition_data_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v0(partitions_item, out)
 
 
 def _decode_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
@@ -131,16 +131,16 @@ def _decode_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v0(buf, pos)
+        partitions.append(partitions_item)
     return TopicData(topic_name=topic_name, partitions=partitions), pos
 
 
 def _encode_topic_data_v1(self: TopicData, out: bytearray) -> None:
     write_compact_string(out, self.topic_name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v1(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v1(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -152,8 +152,8 @@ def _decode_topic_data_v1(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v1(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v1(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicData(topic_name=topic_name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -181,8 +181,8 @@ def _decode_node_endpoint_v1(buf: Buffer, pos: int) -> tuple[NodeEndpoint, int]:
 def _encode_begin_quorum_epoch_response_v0(self: BeginQuorumEpochResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_topic_data_v0(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v0(topics_item, out)
     if self.node_endpoints:
         raise EncodeError("node_endpoints exists only in versions 1+ and is not ignorable")
 
@@ -193,22 +193,22 @@ def _decode_begin_quorum_epoch_response_v0(buf: Buffer, pos: int) -> tuple[Begin
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v0(buf, pos)
+        topics.append(topics_item)
     return BeginQuorumEpochResponse(error_code=error_code, topics=topics), pos
 
 
 def _encode_begin_quorum_epoch_response_v1(self: BeginQuorumEpochResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v1(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v1(topics_item, out)
     tagged: list[tuple[int, Buffer]] = []
     if self.node_endpoints:
         data = bytearray()
         write_uvarint(data, len(self.node_endpoints) + 1)
-        for item in self.node_endpoints:
-            _encode_node_endpoint_v1(item, data)
+        for node_endpoints_item in self.node_endpoints:
+            _encode_node_endpoint_v1(node_endpoints_item, data)
         tagged.append((0, data))
     write_tagged_fields(out, tagged, self.unknown_tagged_fields)
 
@@ -219,8 +219,8 @@ def _decode_begin_quorum_epoch_response_v1(buf: Buffer, pos: int) -> tuple[Begin
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v1(buf, pos)
+        topics.append(topics_item)
     node_endpoints = []
     unknown = None
     tagged_count, pos = read_uvarint(buf, pos)
@@ -230,8 +230,8 @@ def _decode_begin_quorum_epoch_response_v1(buf: Buffer, pos: int) -> tuple[Begin
             count, pos = read_compact_array_length(buf, pos, False)
             node_endpoints = []
             for _ in range(count):
-                item, pos = _decode_node_endpoint_v1(buf, pos)
-                node_endpoints.append(item)
+                node_endpoints_item, pos = _decode_node_endpoint_v1(buf, pos)
+                node_endpoints.append(node_endpoints_item)
             check_tag_end(pos, end, tag)
         else:
             if unknown is None:

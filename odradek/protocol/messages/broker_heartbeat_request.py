@@ -74,8 +74,8 @@ def _encode_broker_heartbeat_request_v1(self: BrokerHeartbeatRequest, out: bytea
     if self.offline_log_dirs:
         data = bytearray()
         write_uvarint(data, len(self.offline_log_dirs) + 1)
-        for item in self.offline_log_dirs:
-            data += item.bytes
+        for offline_log_dirs_item in self.offline_log_dirs:
+            data += offline_log_dirs_item.bytes
         tagged.append((0, data))
     write_tagged_fields(out, tagged, self.unknown_tagged_fields)
 
@@ -92,8 +92,8 @@ def _decode_broker_heartbeat_request_v1(buf: Buffer, pos: int) -> tuple[BrokerHe
             count, pos = read_compact_array_length(buf, pos, False)
             offline_log_dirs = []
             for _ in range(count):
-                item, pos = read_uuid(buf, pos)
-                offline_log_dirs.append(item)
+                offline_log_dirs_item, pos = read_uuid(buf, pos)
+                offline_log_dirs.append(offline_log_dirs_item)
             check_tag_end(pos, end, tag)
         else:
             if unknown is None:

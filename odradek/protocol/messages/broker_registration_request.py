@@ -134,11 +134,11 @@ def _encode_broker_registration_request_v0(self: BrokerRegistrationRequest, out:
     write_compact_string(out, self.cluster_id)
     out += self.incarnation_id.bytes
     write_uvarint(out, len(self.listeners) + 1)
-    for item in self.listeners:
-        _encode_listener_v0_4(item, out)
+    for listeners_item in self.listeners:
+        _encode_listener_v0_4(listeners_item, out)
     write_uvarint(out, len(self.features) + 1)
-    for item in self.features:
-        _encode_feature_v0_4(item, out)
+    for features_item in self.features:
+        _encode_feature_v0_4(features_item, out)
     write_compact_nullable_string(out, self.rack)
     if self.is_migrating_zk_broker:
         raise EncodeError("is_migrating_zk_broker exists only in versions 1+ and is not ignorable")
@@ -156,13 +156,13 @@ def _decode_broker_registration_request_v0(buf: Buffer, pos: int) -> tuple[Broke
     count, pos = read_compact_array_length(buf, pos, False)
     listeners = []
     for _ in range(count):
-        item, pos = _decode_listener_v0_4(buf, pos)
-        listeners.append(item)
+        listeners_item, pos = _decode_listener_v0_4(buf, pos)
+        listeners.append(listeners_item)
     count, pos = read_compact_array_length(buf, pos, False)
     features = []
     for _ in range(count):
-        item, pos = _decode_feature_v0_4(buf, pos)
-        features.append(item)
+        features_item, pos = _decode_feature_v0_4(buf, pos)
+        features.append(features_item)
     rack, pos = read_compact_nullable_string(buf, pos)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return BrokerRegistrationRequest(broker_id=broker_id, cluster_id=cluster_id, incarnation_id=incarnation_id, listeners=listeners, features=features, rack=rack, unknown_tagged_fields=unknown), pos
@@ -173,11 +173,11 @@ def _encode_broker_registration_request_v1(self: BrokerRegistrationRequest, out:
     write_compact_string(out, self.cluster_id)
     out += self.incarnation_id.bytes
     write_uvarint(out, len(self.listeners) + 1)
-    for item in self.listeners:
-        _encode_listener_v0_4(item, out)
+    for listeners_item in self.listeners:
+        _encode_listener_v0_4(listeners_item, out)
     write_uvarint(out, len(self.features) + 1)
-    for item in self.features:
-        _encode_feature_v0_4(item, out)
+    for features_item in self.features:
+        _encode_feature_v0_4(features_item, out)
     write_compact_nullable_string(out, self.rack)
     out += _BOOL.pack(self.is_migrating_zk_broker)
     if self.unknown_tagged_fields:
@@ -194,13 +194,13 @@ def _decode_broker_registration_request_v1(buf: Buffer, pos: int) -> tuple[Broke
     count, pos = read_compact_array_length(buf, pos, False)
     listeners = []
     for _ in range(count):
-        item, pos = _decode_listener_v0_4(buf, pos)
-        listeners.append(item)
+        listeners_item, pos = _decode_listener_v0_4(buf, pos)
+        listeners.append(listeners_item)
     count, pos = read_compact_array_length(buf, pos, False)
     features = []
     for _ in range(count):
-        item, pos = _decode_feature_v0_4(buf, pos)
-        features.append(item)
+        features_item, pos = _decode_feature_v0_4(buf, pos)
+        features.append(features_item)
     rack, pos = read_compact_nullable_string(buf, pos)
     (is_migrating_zk_broker,) = _BOOL.unpack_from(buf, pos)
     pos += 1
@@ -213,16 +213,16 @@ def _encode_broker_registration_request_v2(self: BrokerRegistrationRequest, out:
     write_compact_string(out, self.cluster_id)
     out += self.incarnation_id.bytes
     write_uvarint(out, len(self.listeners) + 1)
-    for item in self.listeners:
-        _encode_listener_v0_4(item, out)
+    for listeners_item in self.listeners:
+        _encode_listener_v0_4(listeners_item, out)
     write_uvarint(out, len(self.features) + 1)
-    for item in self.features:
-        _encode_feature_v0_4(item, out)
+    for features_item in self.features:
+        _encode_feature_v0_4(features_item, out)
     write_compact_nullable_string(out, self.rack)
     out += _BOOL.pack(self.is_migrating_zk_broker)
     write_uvarint(out, len(self.log_dirs) + 1)
-    for item in self.log_dirs:
-        out += item.bytes
+    for log_dirs_item in self.log_dirs:
+        out += log_dirs_item.bytes
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -237,21 +237,21 @@ def _decode_broker_registration_request_v2(buf: Buffer, pos: int) -> tuple[Broke
     count, pos = read_compact_array_length(buf, pos, False)
     listeners = []
     for _ in range(count):
-        item, pos = _decode_listener_v0_4(buf, pos)
-        listeners.append(item)
+        listeners_item, pos = _decode_listener_v0_4(buf, pos)
+        listeners.append(listeners_item)
     count, pos = read_compact_array_length(buf, pos, False)
     features = []
     for _ in range(count):
-        item, pos = _decode_feature_v0_4(buf, pos)
-        features.append(item)
+        features_item, pos = _decode_feature_v0_4(buf, pos)
+        features.append(features_item)
     rack, pos = read_compact_nullable_string(buf, pos)
     (is_migrating_zk_broker,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     count, pos = read_compact_array_length(buf, pos, False)
     log_dirs = []
     for _ in range(count):
-        item, pos = read_uuid(buf, pos)
-        log_dirs.append(item)
+        log_dirs_item, pos = read_uuid(buf, pos)
+        log_dirs.append(log_dirs_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return BrokerRegistrationRequest(broker_id=broker_id, cluster_id=cluster_id, incarnation_id=incarnation_id, listeners=listeners, features=features, rack=rack, is_migrating_zk_broker=is_migrating_zk_broker, log_dirs=log_dirs, unknown_tagged_fields=unknown), pos
 
@@ -261,16 +261,16 @@ def _encode_broker_registration_request_v3_4(self: BrokerRegistrationRequest, ou
     write_compact_string(out, self.cluster_id)
     out += self.incarnation_id.bytes
     write_uvarint(out, len(self.listeners) + 1)
-    for item in self.listeners:
-        _encode_listener_v0_4(item, out)
+    for listeners_item in self.listeners:
+        _encode_listener_v0_4(listeners_item, out)
     write_uvarint(out, len(self.features) + 1)
-    for item in self.features:
-        _encode_feature_v0_4(item, out)
+    for features_item in self.features:
+        _encode_feature_v0_4(features_item, out)
     write_compact_nullable_string(out, self.rack)
     out += _BOOL.pack(self.is_migrating_zk_broker)
     write_uvarint(out, len(self.log_dirs) + 1)
-    for item in self.log_dirs:
-        out += item.bytes
+    for log_dirs_item in self.log_dirs:
+        out += log_dirs_item.bytes
     out += _I64.pack(self.previous_broker_epoch)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -286,21 +286,21 @@ def _decode_broker_registration_request_v3_4(buf: Buffer, pos: int) -> tuple[Bro
     count, pos = read_compact_array_length(buf, pos, False)
     listeners = []
     for _ in range(count):
-        item, pos = _decode_listener_v0_4(buf, pos)
-        listeners.append(item)
+        listeners_item, pos = _decode_listener_v0_4(buf, pos)
+        listeners.append(listeners_item)
     count, pos = read_compact_array_length(buf, pos, False)
     features = []
     for _ in range(count):
-        item, pos = _decode_feature_v0_4(buf, pos)
-        features.append(item)
+        features_item, pos = _decode_feature_v0_4(buf, pos)
+        features.append(features_item)
     rack, pos = read_compact_nullable_string(buf, pos)
     (is_migrating_zk_broker,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     count, pos = read_compact_array_length(buf, pos, False)
     log_dirs = []
     for _ in range(count):
-        item, pos = read_uuid(buf, pos)
-        log_dirs.append(item)
+        log_dirs_item, pos = read_uuid(buf, pos)
+        log_dirs.append(log_dirs_item)
     (previous_broker_epoch,) = _I64.unpack_from(buf, pos)
     pos += 8
     unknown, pos = read_unknown_tagged_fields(buf, pos)

@@ -103,8 +103,8 @@ def _encode_consumer_group_heartbeat_request_v0(self: ConsumerGroupHeartbeatRequ
         out.append(0)
     else:
         write_uvarint(out, len(self.subscribed_topic_names) + 1)
-        for item in self.subscribed_topic_names:
-            write_compact_string(out, item)
+        for subscribed_topic_names_item in self.subscribed_topic_names:
+            write_compact_string(out, subscribed_topic_names_item)
     if self.subscribed_topic_regex is not None:
         raise EncodeError("subscribed_topic_regex exists only in versions 1+ and is not ignorable")
     write_compact_nullable_string(out, self.server_assignor)
@@ -112,8 +112,8 @@ def _encode_consumer_group_heartbeat_request_v0(self: ConsumerGroupHeartbeatRequ
         out.append(0)
     else:
         write_uvarint(out, len(self.topic_partitions) + 1)
-        for item in self.topic_partitions:
-            _encode_topic_partitions_v0_1(item, out)
+        for topic_partitions_item in self.topic_partitions:
+            _encode_topic_partitions_v0_1(topic_partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -134,16 +134,16 @@ def _decode_consumer_group_heartbeat_request_v0(buf: Buffer, pos: int) -> tuple[
     if count >= 0:
         subscribed_topic_names = []
         for _ in range(count):
-            item, pos = read_compact_string(buf, pos)
-            subscribed_topic_names.append(item)
+            subscribed_topic_names_item, pos = read_compact_string(buf, pos)
+            subscribed_topic_names.append(subscribed_topic_names_item)
     server_assignor, pos = read_compact_nullable_string(buf, pos)
     count, pos = read_compact_array_length(buf, pos, True)
     topic_partitions = None
     if count >= 0:
         topic_partitions = []
         for _ in range(count):
-            item, pos = _decode_topic_partitions_v0_1(buf, pos)
-            topic_partitions.append(item)
+            topic_partitions_item, pos = _decode_topic_partitions_v0_1(buf, pos)
+            topic_partitions.append(topic_partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ConsumerGroupHeartbeatRequest(group_id=group_id, member_id=member_id, member_epoch=member_epoch, instance_id=instance_id, rack_id=rack_id, rebalance_timeout_ms=rebalance_timeout_ms, subscribed_topic_names=subscribed_topic_names, server_assignor=server_assignor, topic_partitions=topic_partitions, unknown_tagged_fields=unknown), pos
 
@@ -159,16 +159,16 @@ def _encode_consumer_group_heartbeat_request_v1(self: ConsumerGroupHeartbeatRequ
         out.append(0)
     else:
         write_uvarint(out, len(self.subscribed_topic_names) + 1)
-        for item in self.subscribed_topic_names:
-            write_compact_string(out, item)
+        for subscribed_topic_names_item in self.subscribed_topic_names:
+            write_compact_string(out, subscribed_topic_names_item)
     write_compact_nullable_string(out, self.subscribed_topic_regex)
     write_compact_nullable_string(out, self.server_assignor)
     if self.topic_partitions is None:
         out.append(0)
     else:
         write_uvarint(out, len(self.topic_partitions) + 1)
-        for item in self.topic_partitions:
-            _encode_topic_partitions_v0_1(item, out)
+        for topic_partitions_item in self.topic_partitions:
+            _encode_topic_partitions_v0_1(topic_partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -189,8 +189,8 @@ def _decode_consumer_group_heartbeat_request_v1(buf: Buffer, pos: int) -> tuple[
     if count >= 0:
         subscribed_topic_names = []
         for _ in range(count):
-            item, pos = read_compact_string(buf, pos)
-            subscribed_topic_names.append(item)
+            subscribed_topic_names_item, pos = read_compact_string(buf, pos)
+            subscribed_topic_names.append(subscribed_topic_names_item)
     subscribed_topic_regex, pos = read_compact_nullable_string(buf, pos)
     server_assignor, pos = read_compact_nullable_string(buf, pos)
     count, pos = read_compact_array_length(buf, pos, True)
@@ -198,8 +198,8 @@ def _decode_consumer_group_heartbeat_request_v1(buf: Buffer, pos: int) -> tuple[
     if count >= 0:
         topic_partitions = []
         for _ in range(count):
-            item, pos = _decode_topic_partitions_v0_1(buf, pos)
-            topic_partitions.append(item)
+            topic_partitions_item, pos = _decode_topic_partitions_v0_1(buf, pos)
+            topic_partitions.append(topic_partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ConsumerGroupHeartbeatRequest(group_id=group_id, member_id=member_id, member_epoch=member_epoch, instance_id=instance_id, rack_id=rack_id, rebalance_timeout_ms=rebalance_timeout_ms, subscribed_topic_names=subscribed_topic_names, subscribed_topic_regex=subscribed_topic_regex, server_assignor=server_assignor, topic_partitions=topic_partitions, unknown_tagged_fields=unknown), pos
 

@@ -97,8 +97,8 @@ def _decode_topic_partitions_v0_1(buf: Buffer, pos: int) -> tuple[TopicPartition
 
 def _encode_assignment_v0_1(self: Assignment, out: bytearray) -> None:
     write_uvarint(out, len(self.topic_partitions) + 1)
-    for item in self.topic_partitions:
-        _encode_topic_partitions_v0_1(item, out)
+    for topic_partitions_item in self.topic_partitions:
+        _encode_topic_partitions_v0_1(topic_partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -109,8 +109,8 @@ def _decode_assignment_v0_1(buf: Buffer, pos: int) -> tuple[Assignment, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     topic_partitions = []
     for _ in range(count):
-        item, pos = _decode_topic_partitions_v0_1(buf, pos)
-        topic_partitions.append(item)
+        topic_partitions_item, pos = _decode_topic_partitions_v0_1(buf, pos)
+        topic_partitions.append(topic_partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return Assignment(topic_partitions=topic_partitions, unknown_tagged_fields=unknown), pos
 

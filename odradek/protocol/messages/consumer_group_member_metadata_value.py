@@ -103,8 +103,8 @@ def _decode_classic_protocol_v0(buf: Buffer, pos: int) -> tuple[ClassicProtocol,
 def _encode_classic_member_metadata_v0(self: ClassicMemberMetadata, out: bytearray) -> None:
     out += _I32.pack(self.session_timeout_ms)
     write_uvarint(out, len(self.supported_protocols) + 1)
-    for item in self.supported_protocols:
-        _encode_classic_protocol_v0(item, out)
+    for supported_protocols_item in self.supported_protocols:
+        _encode_classic_protocol_v0(supported_protocols_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -117,8 +117,8 @@ def _decode_classic_member_metadata_v0(buf: Buffer, pos: int) -> tuple[ClassicMe
     count, pos = read_compact_array_length(buf, pos, False)
     supported_protocols = []
     for _ in range(count):
-        item, pos = _decode_classic_protocol_v0(buf, pos)
-        supported_protocols.append(item)
+        supported_protocols_item, pos = _decode_classic_protocol_v0(buf, pos)
+        supported_protocols.append(supported_protocols_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ClassicMemberMetadata(session_timeout_ms=session_timeout_ms, supported_protocols=supported_protocols, unknown_tagged_fields=unknown), pos
 
@@ -129,8 +129,8 @@ def _encode_consumer_group_member_metadata_value_v0(self: ConsumerGroupMemberMet
     write_compact_string(out, self.client_id)
     write_compact_string(out, self.client_host)
     write_uvarint(out, len(self.subscribed_topic_names) + 1)
-    for item in self.subscribed_topic_names:
-        write_compact_string(out, item)
+    for subscribed_topic_names_item in self.subscribed_topic_names:
+        write_compact_string(out, subscribed_topic_names_item)
     write_compact_nullable_string(out, self.subscribed_topic_regex)
     out += _I32.pack(self.rebalance_timeout_ms)
     write_compact_nullable_string(out, self.server_assignor)
@@ -154,8 +154,8 @@ def _decode_consumer_group_member_metadata_value_v0(buf: Buffer, pos: int) -> tu
     count, pos = read_compact_array_length(buf, pos, False)
     subscribed_topic_names = []
     for _ in range(count):
-        item, pos = read_compact_string(buf, pos)
-        subscribed_topic_names.append(item)
+        subscribed_topic_names_item, pos = read_compact_string(buf, pos)
+        subscribed_topic_names.append(subscribed_topic_names_item)
     subscribed_topic_regex, pos = read_compact_nullable_string(buf, pos)
     (rebalance_timeout_ms,) = _I32.unpack_from(buf, pos)
     pos += 4

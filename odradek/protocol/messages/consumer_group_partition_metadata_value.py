@@ -70,8 +70,8 @@ class ConsumerGroupPartitionMetadataValue(Message):
 def _encode_partition_metadata_v0(self: PartitionMetadata, out: bytearray) -> None:
     out += _I32.pack(self.partition)
     write_uvarint(out, len(self.racks) + 1)
-    for item in self.racks:
-        write_compact_string(out, item)
+    for racks_item in self.racks:
+        write_compact_string(out, racks_item)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -84,8 +84,8 @@ def _decode_partition_metadata_v0(buf: Buffer, pos: int) -> tuple[PartitionMetad
     count, pos = read_compact_array_length(buf, pos, False)
     racks = []
     for _ in range(count):
-        item, pos = read_compact_string(buf, pos)
-        racks.append(item)
+        racks_item, pos = read_compact_string(buf, pos)
+        racks.append(racks_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return PartitionMetadata(partition=partition, racks=racks, unknown_tagged_fields=unknown), pos
 
@@ -95,8 +95,8 @@ def _encode_topic_metadata_v0(self: TopicMetadata, out: bytearray) -> None:
     write_compact_string(out, self.topic_name)
     out += _I32.pack(self.num_partitions)
     write_uvarint(out, len(self.partition_metadata) + 1)
-    for item in self.partition_metadata:
-        _encode_partition_metadata_v0(item, out)
+    for partition_metadata_item in self.partition_metadata:
+        _encode_partition_metadata_v0(partition_metadata_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -111,16 +111,16 @@ def _decode_topic_metadata_v0(buf: Buffer, pos: int) -> tuple[TopicMetadata, int
     count, pos = read_compact_array_length(buf, pos, False)
     partition_metadata = []
     for _ in range(count):
-        item, pos = _decode_partition_metadata_v0(buf, pos)
-        partition_metadata.append(item)
+        partition_metadata_item, pos = _decode_partition_metadata_v0(buf, pos)
+        partition_metadata.append(partition_metadata_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicMetadata(topic_id=topic_id, topic_name=topic_name, num_partitions=num_partitions, partition_metadata=partition_metadata, unknown_tagged_fields=unknown), pos
 
 
 def _encode_consumer_group_partition_metadata_value_v0(self: ConsumerGroupPartitionMetadataValue, out: bytearray) -> None:
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_metadata_v0(item, out)
+    for topics_item in self.topics:
+        _encode_topic_metadata_v0(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -131,8 +131,8 @@ def _decode_consumer_group_partition_metadata_value_v0(buf: Buffer, pos: int) ->
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_metadata_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_metadata_v0(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ConsumerGroupPartitionMetadataValue(topics=topics, unknown_tagged_fields=unknown), pos
 

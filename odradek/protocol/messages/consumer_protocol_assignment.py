@@ -64,8 +64,8 @@ def _decode_topic_partition_v0_3(buf: Buffer, pos: int) -> tuple[TopicPartition,
 
 def _encode_consumer_protocol_assignment_v0_3(self: ConsumerProtocolAssignment, out: bytearray) -> None:
     out += INT32.pack(len(self.assigned_partitions))
-    for item in self.assigned_partitions:
-        _encode_topic_partition_v0_3(item, out)
+    for assigned_partitions_item in self.assigned_partitions:
+        _encode_topic_partition_v0_3(assigned_partitions_item, out)
     write_nullable_bytes(out, self.user_data)
 
 
@@ -73,8 +73,8 @@ def _decode_consumer_protocol_assignment_v0_3(buf: Buffer, pos: int) -> tuple[Co
     count, pos = read_array_length(buf, pos, False)
     assigned_partitions = []
     for _ in range(count):
-        item, pos = _decode_topic_partition_v0_3(buf, pos)
-        assigned_partitions.append(item)
+        assigned_partitions_item, pos = _decode_topic_partition_v0_3(buf, pos)
+        assigned_partitions.append(assigned_partitions_item)
     user_data, pos = read_nullable_bytes(buf, pos)
     return ConsumerProtocolAssignment(assigned_partitions=assigned_partitions, user_data=user_data), pos
 

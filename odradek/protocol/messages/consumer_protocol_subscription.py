@@ -74,8 +74,8 @@ def _decode_topic_partition_v1_3(buf: Buffer, pos: int) -> tuple[TopicPartition,
 
 def _encode_consumer_protocol_subscription_v0(self: ConsumerProtocolSubscription, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        write_string(out, item)
+    for topics_item in self.topics:
+        write_string(out, topics_item)
     write_nullable_bytes(out, self.user_data)
 
 
@@ -83,45 +83,45 @@ def _decode_consumer_protocol_subscription_v0(buf: Buffer, pos: int) -> tuple[Co
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = read_string(buf, pos)
-        topics.append(item)
+        topics_item, pos = read_string(buf, pos)
+        topics.append(topics_item)
     user_data, pos = read_nullable_bytes(buf, pos)
     return ConsumerProtocolSubscription(topics=topics, user_data=user_data), pos
 
 
 def _encode_consumer_protocol_subscription_v1(self: ConsumerProtocolSubscription, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        write_string(out, item)
+    for topics_item in self.topics:
+        write_string(out, topics_item)
     write_nullable_bytes(out, self.user_data)
     out += INT32.pack(len(self.owned_partitions))
-    for item in self.owned_partitions:
-        _encode_topic_partition_v1_3(item, out)
+    for owned_partitions_item in self.owned_partitions:
+        _encode_topic_partition_v1_3(owned_partitions_item, out)
 
 
 def _decode_consumer_protocol_subscription_v1(buf: Buffer, pos: int) -> tuple[ConsumerProtocolSubscription, int]:
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = read_string(buf, pos)
-        topics.append(item)
+        topics_item, pos = read_string(buf, pos)
+        topics.append(topics_item)
     user_data, pos = read_nullable_bytes(buf, pos)
     count, pos = read_array_length(buf, pos, False)
     owned_partitions = []
     for _ in range(count):
-        item, pos = _decode_topic_partition_v1_3(buf, pos)
-        owned_partitions.append(item)
+        owned_partitions_item, pos = _decode_topic_partition_v1_3(buf, pos)
+        owned_partitions.append(owned_partitions_item)
     return ConsumerProtocolSubscription(topics=topics, user_data=user_data, owned_partitions=owned_partitions), pos
 
 
 def _encode_consumer_protocol_subscription_v2(self: ConsumerProtocolSubscription, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        write_string(out, item)
+    for topics_item in self.topics:
+        write_string(out, topics_item)
     write_nullable_bytes(out, self.user_data)
     out += INT32.pack(len(self.owned_partitions))
-    for item in self.owned_partitions:
-        _encode_topic_partition_v1_3(item, out)
+    for owned_partitions_item in self.owned_partitions:
+        _encode_topic_partition_v1_3(owned_partitions_item, out)
     out += _I32.pack(self.generation_id)
 
 
@@ -129,14 +129,14 @@ def _decode_consumer_protocol_subscription_v2(buf: Buffer, pos: int) -> tuple[Co
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = read_string(buf, pos)
-        topics.append(item)
+        topics_item, pos = read_string(buf, pos)
+        topics.append(topics_item)
     user_data, pos = read_nullable_bytes(buf, pos)
     count, pos = read_array_length(buf, pos, False)
     owned_partitions = []
     for _ in range(count):
-        item, pos = _decode_topic_partition_v1_3(buf, pos)
-        owned_partitions.append(item)
+        owned_partitions_item, pos = _decode_topic_partition_v1_3(buf, pos)
+        owned_partitions.append(owned_partitions_item)
     (generation_id,) = _I32.unpack_from(buf, pos)
     pos += 4
     return ConsumerProtocolSubscription(topics=topics, user_data=user_data, owned_partitions=owned_partitions, generation_id=generation_id), pos
@@ -144,12 +144,12 @@ def _decode_consumer_protocol_subscription_v2(buf: Buffer, pos: int) -> tuple[Co
 
 def _encode_consumer_protocol_subscription_v3(self: ConsumerProtocolSubscription, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        write_string(out, item)
+    for topics_item in self.topics:
+        write_string(out, topics_item)
     write_nullable_bytes(out, self.user_data)
     out += INT32.pack(len(self.owned_partitions))
-    for item in self.owned_partitions:
-        _encode_topic_partition_v1_3(item, out)
+    for owned_partitions_item in self.owned_partitions:
+        _encode_topic_partition_v1_3(owned_partitions_item, out)
     out += _I32.pack(self.generation_id)
     write_nullable_string(out, self.rack_id)
 
@@ -158,14 +158,14 @@ def _decode_consumer_protocol_subscription_v3(buf: Buffer, pos: int) -> tuple[Co
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = read_string(buf, pos)
-        topics.append(item)
+        topics_item, pos = read_string(buf, pos)
+        topics.append(topics_item)
     user_data, pos = read_nullable_bytes(buf, pos)
     count, pos = read_array_length(buf, pos, False)
     owned_partitions = []
     for _ in range(count):
-        item, pos = _decode_topic_partition_v1_3(buf, pos)
-        owned_partitions.append(item)
+        owned_partitions_item, pos = _decode_topic_partition_v1_3(buf, pos)
+        owned_partitions.append(owned_partitions_item)
     (generation_id,) = _I32.unpack_from(buf, pos)
     pos += 4
     rack_id, pos = read_nullable_string(buf, pos)

@@ -88,8 +88,8 @@ def _decode_remaining_partition_v3(buf: Buffer, pos: int) -> tuple[RemainingPart
 def _encode_controlled_shutdown_response_v0_2(self: ControlledShutdownResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     out += INT32.pack(len(self.remaining_partitions))
-    for item in self.remaining_partitions:
-        _encode_remaining_partition_v0_2(item, out)
+    for remaining_partitions_item in self.remaining_partitions:
+        _encode_remaining_partition_v0_2(remaining_partitions_item, out)
 
 
 def _decode_controlled_shutdown_response_v0_2(buf: Buffer, pos: int) -> tuple[ControlledShutdownResponse, int]:
@@ -98,16 +98,16 @@ def _decode_controlled_shutdown_response_v0_2(buf: Buffer, pos: int) -> tuple[Co
     count, pos = read_array_length(buf, pos, False)
     remaining_partitions = []
     for _ in range(count):
-        item, pos = _decode_remaining_partition_v0_2(buf, pos)
-        remaining_partitions.append(item)
+        remaining_partitions_item, pos = _decode_remaining_partition_v0_2(buf, pos)
+        remaining_partitions.append(remaining_partitions_item)
     return ControlledShutdownResponse(error_code=error_code, remaining_partitions=remaining_partitions), pos
 
 
 def _encode_controlled_shutdown_response_v3(self: ControlledShutdownResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     write_uvarint(out, len(self.remaining_partitions) + 1)
-    for item in self.remaining_partitions:
-        _encode_remaining_partition_v3(item, out)
+    for remaining_partitions_item in self.remaining_partitions:
+        _encode_remaining_partition_v3(remaining_partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -120,8 +120,8 @@ def _decode_controlled_shutdown_response_v3(buf: Buffer, pos: int) -> tuple[Cont
     count, pos = read_compact_array_length(buf, pos, False)
     remaining_partitions = []
     for _ in range(count):
-        item, pos = _decode_remaining_partition_v3(buf, pos)
-        remaining_partitions.append(item)
+        remaining_partitions_item, pos = _decode_remaining_partition_v3(buf, pos)
+        remaining_partitions.append(remaining_partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ControlledShutdownResponse(error_code=error_code, remaining_partitions=remaining_partitions, unknown_tagged_fields=unknown), pos
 

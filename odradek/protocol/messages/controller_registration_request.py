@@ -122,11 +122,11 @@ def _encode_controller_registration_request_v0(self: ControllerRegistrationReque
     out += self.incarnation_id.bytes
     out += _BOOL.pack(self.zk_migration_ready)
     write_uvarint(out, len(self.listeners) + 1)
-    for item in self.listeners:
-        _encode_listener_v0(item, out)
+    for listeners_item in self.listeners:
+        _encode_listener_v0(listeners_item, out)
     write_uvarint(out, len(self.features) + 1)
-    for item in self.features:
-        _encode_feature_v0(item, out)
+    for features_item in self.features:
+        _encode_feature_v0(features_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -142,13 +142,13 @@ def _decode_controller_registration_request_v0(buf: Buffer, pos: int) -> tuple[C
     count, pos = read_compact_array_length(buf, pos, False)
     listeners = []
     for _ in range(count):
-        item, pos = _decode_listener_v0(buf, pos)
-        listeners.append(item)
+        listeners_item, pos = _decode_listener_v0(buf, pos)
+        listeners.append(listeners_item)
     count, pos = read_compact_array_length(buf, pos, False)
     features = []
     for _ in range(count):
-        item, pos = _decode_feature_v0(buf, pos)
-        features.append(item)
+        features_item, pos = _decode_feature_v0(buf, pos)
+        features.append(features_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ControllerRegistrationRequest(controller_id=controller_id, incarnation_id=incarnation_id, zk_migration_ready=zk_migration_ready, listeners=listeners, features=features, unknown_tagged_fields=unknown), pos
 

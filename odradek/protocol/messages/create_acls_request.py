@@ -137,38 +137,38 @@ def _decode_acl_creation_v2_3(buf: Buffer, pos: int) -> tuple[AclCreation, int]:
 
 def _encode_create_acls_request_v0(self: CreateAclsRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.creations))
-    for item in self.creations:
-        _encode_acl_creation_v0(item, out)
+    for creations_item in self.creations:
+        _encode_acl_creation_v0(creations_item, out)
 
 
 def _decode_create_acls_request_v0(buf: Buffer, pos: int) -> tuple[CreateAclsRequest, int]:
     count, pos = read_array_length(buf, pos, False)
     creations = []
     for _ in range(count):
-        item, pos = _decode_acl_creation_v0(buf, pos)
-        creations.append(item)
+        creations_item, pos = _decode_acl_creation_v0(buf, pos)
+        creations.append(creations_item)
     return CreateAclsRequest(creations=creations), pos
 
 
 def _encode_create_acls_request_v1(self: CreateAclsRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.creations))
-    for item in self.creations:
-        _encode_acl_creation_v1(item, out)
+    for creations_item in self.creations:
+        _encode_acl_creation_v1(creations_item, out)
 
 
 def _decode_create_acls_request_v1(buf: Buffer, pos: int) -> tuple[CreateAclsRequest, int]:
     count, pos = read_array_length(buf, pos, False)
     creations = []
     for _ in range(count):
-        item, pos = _decode_acl_creation_v1(buf, pos)
-        creations.append(item)
+        creations_item, pos = _decode_acl_creation_v1(buf, pos)
+        creations.append(creations_item)
     return CreateAclsRequest(creations=creations), pos
 
 
 def _encode_create_acls_request_v2_3(self: CreateAclsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.creations) + 1)
-    for item in self.creations:
-        _encode_acl_creation_v2_3(item, out)
+    for creations_item in self.creations:
+        _encode_acl_creation_v2_3(creations_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -179,8 +179,8 @@ def _decode_create_acls_request_v2_3(buf: Buffer, pos: int) -> tuple[CreateAclsR
     count, pos = read_compact_array_length(buf, pos, False)
     creations = []
     for _ in range(count):
-        item, pos = _decode_acl_creation_v2_3(buf, pos)
-        creations.append(item)
+        creations_item, pos = _decode_acl_creation_v2_3(buf, pos)
+        creations.append(creations_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return CreateAclsRequest(creations=creations, unknown_tagged_fields=unknown), pos
 

@@ -88,8 +88,8 @@ def _decode_acl_creation_result_v2_3(buf: Buffer, pos: int) -> tuple[AclCreation
 def _encode_create_acls_response_v0_1(self: CreateAclsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.results))
-    for item in self.results:
-        _encode_acl_creation_result_v0_1(item, out)
+    for results_item in self.results:
+        _encode_acl_creation_result_v0_1(results_item, out)
 
 
 def _decode_create_acls_response_v0_1(buf: Buffer, pos: int) -> tuple[CreateAclsResponse, int]:
@@ -98,16 +98,16 @@ def _decode_create_acls_response_v0_1(buf: Buffer, pos: int) -> tuple[CreateAcls
     count, pos = read_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_acl_creation_result_v0_1(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_acl_creation_result_v0_1(buf, pos)
+        results.append(results_item)
     return CreateAclsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
 
 
 def _encode_create_acls_response_v2_3(self: CreateAclsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.results) + 1)
-    for item in self.results:
-        _encode_acl_creation_result_v2_3(item, out)
+    for results_item in self.results:
+        _encode_acl_creation_result_v2_3(results_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -120,8 +120,8 @@ def _decode_create_acls_response_v2_3(buf: Buffer, pos: int) -> tuple[CreateAcls
     count, pos = read_compact_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_acl_creation_result_v2_3(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_acl_creation_result_v2_3(buf, pos)
+        results.append(results_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return CreateAclsResponse(throttle_time_ms=throttle_time_ms, results=results, unknown_tagged_fields=unknown), pos
 

@@ -95,8 +95,8 @@ def _encode_create_delegation_token_request_v0_1(self: CreateDelegationTokenRequ
     if self.owner_principal_name:
         raise EncodeError("owner_principal_name exists only in versions 3+ and is not ignorable")
     out += INT32.pack(len(self.renewers))
-    for item in self.renewers:
-        _encode_creatable_renewers_v0_1(item, out)
+    for renewers_item in self.renewers:
+        _encode_creatable_renewers_v0_1(renewers_item, out)
     out += _I64.pack(self.max_lifetime_ms)
 
 
@@ -104,8 +104,8 @@ def _decode_create_delegation_token_request_v0_1(buf: Buffer, pos: int) -> tuple
     count, pos = read_array_length(buf, pos, False)
     renewers = []
     for _ in range(count):
-        item, pos = _decode_creatable_renewers_v0_1(buf, pos)
-        renewers.append(item)
+        renewers_item, pos = _decode_creatable_renewers_v0_1(buf, pos)
+        renewers.append(renewers_item)
     (max_lifetime_ms,) = _I64.unpack_from(buf, pos)
     pos += 8
     return CreateDelegationTokenRequest(renewers=renewers, max_lifetime_ms=max_lifetime_ms), pos
@@ -117,8 +117,8 @@ def _encode_create_delegation_token_request_v2(self: CreateDelegationTokenReques
     if self.owner_principal_name:
         raise EncodeError("owner_principal_name exists only in versions 3+ and is not ignorable")
     write_uvarint(out, len(self.renewers) + 1)
-    for item in self.renewers:
-        _encode_creatable_renewers_v2_3(item, out)
+    for renewers_item in self.renewers:
+        _encode_creatable_renewers_v2_3(renewers_item, out)
     out += _I64.pack(self.max_lifetime_ms)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -130,8 +130,8 @@ def _decode_create_delegation_token_request_v2(buf: Buffer, pos: int) -> tuple[C
     count, pos = read_compact_array_length(buf, pos, False)
     renewers = []
     for _ in range(count):
-        item, pos = _decode_creatable_renewers_v2_3(buf, pos)
-        renewers.append(item)
+        renewers_item, pos = _decode_creatable_renewers_v2_3(buf, pos)
+        renewers.append(renewers_item)
     (max_lifetime_ms,) = _I64.unpack_from(buf, pos)
     pos += 8
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -142,8 +142,8 @@ def _encode_create_delegation_token_request_v3(self: CreateDelegationTokenReques
     write_compact_nullable_string(out, self.owner_principal_type)
     write_compact_nullable_string(out, self.owner_principal_name)
     write_uvarint(out, len(self.renewers) + 1)
-    for item in self.renewers:
-        _encode_creatable_renewers_v2_3(item, out)
+    for renewers_item in self.renewers:
+        _encode_creatable_renewers_v2_3(renewers_item, out)
     out += _I64.pack(self.max_lifetime_ms)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -157,8 +157,8 @@ def _decode_create_delegation_token_request_v3(buf: Buffer, pos: int) -> tuple[C
     count, pos = read_compact_array_length(buf, pos, False)
     renewers = []
     for _ in range(count):
-        item, pos = _decode_creatable_renewers_v2_3(buf, pos)
-        renewers.append(item)
+        renewers_item, pos = _decode_creatable_renewers_v2_3(buf, pos)
+        renewers.append(renewers_item)
     (max_lifetime_ms,) = _I64.unpack_from(buf, pos)
     pos += 8
     unknown, pos = read_unknown_tagged_fields(buf, pos)

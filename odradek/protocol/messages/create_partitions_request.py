@@ -107,8 +107,8 @@ def _encode_create_partitions_topic_v0_1(self: CreatePartitionsTopic, out: bytea
         out += NULL_INT32
     else:
         out += INT32.pack(len(self.assignments))
-        for item in self.assignments:
-            _encode_create_partitions_assignment_v0_1(item, out)
+        for assignments_item in self.assignments:
+            _encode_create_partitions_assignment_v0_1(assignments_item, out)
 
 
 def _decode_create_partitions_topic_v0_1(buf: Buffer, pos: int) -> tuple[CreatePartitionsTopic, int]:
@@ -120,8 +120,8 @@ def _decode_create_partitions_topic_v0_1(buf: Buffer, pos: int) -> tuple[CreateP
     if count >= 0:
         assignments = []
         for _ in range(count):
-            item, pos = _decode_create_partitions_assignment_v0_1(buf, pos)
-            assignments.append(item)
+            assignments_item, pos = _decode_create_partitions_assignment_v0_1(buf, pos)
+            assignments.append(assignments_item)
     return CreatePartitionsTopic(name=name, count=count_, assignments=assignments), pos
 
 
@@ -132,8 +132,8 @@ def _encode_create_partitions_topic_v2_3(self: CreatePartitionsTopic, out: bytea
         out.append(0)
     else:
         write_uvarint(out, len(self.assignments) + 1)
-        for item in self.assignments:
-            _encode_create_partitions_assignment_v2_3(item, out)
+        for assignments_item in self.assignments:
+            _encode_create_partitions_assignment_v2_3(assignments_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -149,16 +149,16 @@ def _decode_create_partitions_topic_v2_3(buf: Buffer, pos: int) -> tuple[CreateP
     if count >= 0:
         assignments = []
         for _ in range(count):
-            item, pos = _decode_create_partitions_assignment_v2_3(buf, pos)
-            assignments.append(item)
+            assignments_item, pos = _decode_create_partitions_assignment_v2_3(buf, pos)
+            assignments.append(assignments_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return CreatePartitionsTopic(name=name, count=count_, assignments=assignments, unknown_tagged_fields=unknown), pos
 
 
 def _encode_create_partitions_request_v0_1(self: CreatePartitionsRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_create_partitions_topic_v0_1(item, out)
+    for topics_item in self.topics:
+        _encode_create_partitions_topic_v0_1(topics_item, out)
     out += _I32_BOOL.pack(self.timeout_ms, self.validate_only)
 
 
@@ -166,8 +166,8 @@ def _decode_create_partitions_request_v0_1(buf: Buffer, pos: int) -> tuple[Creat
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_create_partitions_topic_v0_1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_create_partitions_topic_v0_1(buf, pos)
+        topics.append(topics_item)
     (timeout_ms, validate_only) = _I32_BOOL.unpack_from(buf, pos)
     pos += 5
     return CreatePartitionsRequest(topics=topics, timeout_ms=timeout_ms, validate_only=validate_only), pos
@@ -175,8 +175,8 @@ def _decode_create_partitions_request_v0_1(buf: Buffer, pos: int) -> tuple[Creat
 
 def _encode_create_partitions_request_v2_3(self: CreatePartitionsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_create_partitions_topic_v2_3(item, out)
+    for topics_item in self.topics:
+        _encode_create_partitions_topic_v2_3(topics_item, out)
     out += _I32_BOOL.pack(self.timeout_ms, self.validate_only)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -188,8 +188,8 @@ def _decode_create_partitions_request_v2_3(buf: Buffer, pos: int) -> tuple[Creat
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_create_partitions_topic_v2_3(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_create_partitions_topic_v2_3(buf, pos)
+        topics.append(topics_item)
     (timeout_ms, validate_only) = _I32_BOOL.unpack_from(buf, pos)
     pos += 5
     unknown, pos = read_unknown_tagged_fields(buf, pos)

@@ -160,11 +160,11 @@ def _encode_creatable_topic_v0_4(self: CreatableTopic, out: bytearray) -> None:
     write_string(out, self.name)
     out += _I32_I16.pack(self.num_partitions, self.replication_factor)
     out += INT32.pack(len(self.assignments))
-    for item in self.assignments:
-        _encode_creatable_replica_assignment_v0_4(item, out)
+    for assignments_item in self.assignments:
+        _encode_creatable_replica_assignment_v0_4(assignments_item, out)
     out += INT32.pack(len(self.configs))
-    for item in self.configs:
-        _encode_creatable_topic_config_v0_4(item, out)
+    for configs_item in self.configs:
+        _encode_creatable_topic_config_v0_4(configs_item, out)
 
 
 def _decode_creatable_topic_v0_4(buf: Buffer, pos: int) -> tuple[CreatableTopic, int]:
@@ -174,13 +174,13 @@ def _decode_creatable_topic_v0_4(buf: Buffer, pos: int) -> tuple[CreatableTopic,
     count, pos = read_array_length(buf, pos, False)
     assignments = []
     for _ in range(count):
-        item, pos = _decode_creatable_replica_assignment_v0_4(buf, pos)
-        assignments.append(item)
+        assignments_item, pos = _decode_creatable_replica_assignment_v0_4(buf, pos)
+        assignments.append(assignments_item)
     count, pos = read_array_length(buf, pos, False)
     configs = []
     for _ in range(count):
-        item, pos = _decode_creatable_topic_config_v0_4(buf, pos)
-        configs.append(item)
+        configs_item, pos = _decode_creatable_topic_config_v0_4(buf, pos)
+        configs.append(configs_item)
     return CreatableTopic(name=name, num_partitions=num_partitions, replication_factor=replication_factor, assignments=assignments, configs=configs), pos
 
 
@@ -188,11 +188,11 @@ def _encode_creatable_topic_v5_7(self: CreatableTopic, out: bytearray) -> None:
     write_compact_string(out, self.name)
     out += _I32_I16.pack(self.num_partitions, self.replication_factor)
     write_uvarint(out, len(self.assignments) + 1)
-    for item in self.assignments:
-        _encode_creatable_replica_assignment_v5_7(item, out)
+    for assignments_item in self.assignments:
+        _encode_creatable_replica_assignment_v5_7(assignments_item, out)
     write_uvarint(out, len(self.configs) + 1)
-    for item in self.configs:
-        _encode_creatable_topic_config_v5_7(item, out)
+    for configs_item in self.configs:
+        _encode_creatable_topic_config_v5_7(configs_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -206,21 +206,21 @@ def _decode_creatable_topic_v5_7(buf: Buffer, pos: int) -> tuple[CreatableTopic,
     count, pos = read_compact_array_length(buf, pos, False)
     assignments = []
     for _ in range(count):
-        item, pos = _decode_creatable_replica_assignment_v5_7(buf, pos)
-        assignments.append(item)
+        assignments_item, pos = _decode_creatable_replica_assignment_v5_7(buf, pos)
+        assignments.append(assignments_item)
     count, pos = read_compact_array_length(buf, pos, False)
     configs = []
     for _ in range(count):
-        item, pos = _decode_creatable_topic_config_v5_7(buf, pos)
-        configs.append(item)
+        configs_item, pos = _decode_creatable_topic_config_v5_7(buf, pos)
+        configs.append(configs_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return CreatableTopic(name=name, num_partitions=num_partitions, replication_factor=replication_factor, assignments=assignments, configs=configs, unknown_tagged_fields=unknown), pos
 
 
 def _encode_create_topics_request_v0(self: CreateTopicsRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_creatable_topic_v0_4(item, out)
+    for topics_item in self.topics:
+        _encode_creatable_topic_v0_4(topics_item, out)
     if self.validate_only:
         raise EncodeError("validate_only exists only in versions 1+ and is not ignorable")
     out += _I32.pack(self.timeout_ms)
@@ -230,8 +230,8 @@ def _decode_create_topics_request_v0(buf: Buffer, pos: int) -> tuple[CreateTopic
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_creatable_topic_v0_4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_creatable_topic_v0_4(buf, pos)
+        topics.append(topics_item)
     (timeout_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     return CreateTopicsRequest(topics=topics, timeout_ms=timeout_ms), pos
@@ -239,8 +239,8 @@ def _decode_create_topics_request_v0(buf: Buffer, pos: int) -> tuple[CreateTopic
 
 def _encode_create_topics_request_v1_4(self: CreateTopicsRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_creatable_topic_v0_4(item, out)
+    for topics_item in self.topics:
+        _encode_creatable_topic_v0_4(topics_item, out)
     out += _I32_BOOL.pack(self.timeout_ms, self.validate_only)
 
 
@@ -248,8 +248,8 @@ def _decode_create_topics_request_v1_4(buf: Buffer, pos: int) -> tuple[CreateTop
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_creatable_topic_v0_4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_creatable_topic_v0_4(buf, pos)
+        topics.append(topics_item)
     (timeout_ms, validate_only) = _I32_BOOL.unpack_from(buf, pos)
     pos += 5
     return CreateTopicsRequest(topics=topics, timeout_ms=timeout_ms, validate_only=validate_only), pos
@@ -257,8 +257,8 @@ def _decode_create_topics_request_v1_4(buf: Buffer, pos: int) -> tuple[CreateTop
 
 def _encode_create_topics_request_v5_7(self: CreateTopicsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_creatable_topic_v5_7(item, out)
+    for topics_item in self.topics:
+        _encode_creatable_topic_v5_7(topics_item, out)
     out += _I32_BOOL.pack(self.timeout_ms, self.validate_only)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -270,8 +270,8 @@ def _decode_create_topics_request_v5_7(buf: Buffer, pos: int) -> tuple[CreateTop
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_creatable_topic_v5_7(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_creatable_topic_v5_7(buf, pos)
+        topics.append(topics_item)
     (timeout_ms, validate_only) = _I32_BOOL.unpack_from(buf, pos)
     pos += 5
     unknown, pos = read_unknown_tagged_fields(buf, pos)

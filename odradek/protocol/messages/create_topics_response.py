@@ -152,8 +152,8 @@ def _encode_creatable_topic_result_v5_6(self: CreatableTopicResult, out: bytearr
         out.append(0)
     else:
         write_uvarint(out, len(self.configs) + 1)
-        for item in self.configs:
-            _encode_creatable_topic_configs_v5_7(item, out)
+        for configs_item in self.configs:
+            _encode_creatable_topic_configs_v5_7(configs_item, out)
     tagged: list[tuple[int, Buffer]] = []
     if self.topic_config_error_code != 0:
         data = bytearray()
@@ -174,8 +174,8 @@ def _decode_creatable_topic_result_v5_6(buf: Buffer, pos: int) -> tuple[Creatabl
     if count >= 0:
         configs = []
         for _ in range(count):
-            item, pos = _decode_creatable_topic_configs_v5_7(buf, pos)
-            configs.append(item)
+            configs_item, pos = _decode_creatable_topic_configs_v5_7(buf, pos)
+            configs.append(configs_item)
     topic_config_error_code = 0
     unknown = None
     tagged_count, pos = read_uvarint(buf, pos)
@@ -203,8 +203,8 @@ def _encode_creatable_topic_result_v7(self: CreatableTopicResult, out: bytearray
         out.append(0)
     else:
         write_uvarint(out, len(self.configs) + 1)
-        for item in self.configs:
-            _encode_creatable_topic_configs_v5_7(item, out)
+        for configs_item in self.configs:
+            _encode_creatable_topic_configs_v5_7(configs_item, out)
     tagged: list[tuple[int, Buffer]] = []
     if self.topic_config_error_code != 0:
         data = bytearray()
@@ -226,8 +226,8 @@ def _decode_creatable_topic_result_v7(buf: Buffer, pos: int) -> tuple[CreatableT
     if count >= 0:
         configs = []
         for _ in range(count):
-            item, pos = _decode_creatable_topic_configs_v5_7(buf, pos)
-            configs.append(item)
+            configs_item, pos = _decode_creatable_topic_configs_v5_7(buf, pos)
+            configs.append(configs_item)
     topic_config_error_code = 0
     unknown = None
     tagged_count, pos = read_uvarint(buf, pos)
@@ -247,39 +247,39 @@ def _decode_creatable_topic_result_v7(buf: Buffer, pos: int) -> tuple[CreatableT
 
 def _encode_create_topics_response_v0(self: CreateTopicsResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_creatable_topic_result_v0(item, out)
+    for topics_item in self.topics:
+        _encode_creatable_topic_result_v0(topics_item, out)
 
 
 def _decode_create_topics_response_v0(buf: Buffer, pos: int) -> tuple[CreateTopicsResponse, int]:
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_creatable_topic_result_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_creatable_topic_result_v0(buf, pos)
+        topics.append(topics_item)
     return CreateTopicsResponse(topics=topics), pos
 
 
 def _encode_create_topics_response_v1(self: CreateTopicsResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_creatable_topic_result_v1_4(item, out)
+    for topics_item in self.topics:
+        _encode_creatable_topic_result_v1_4(topics_item, out)
 
 
 def _decode_create_topics_response_v1(buf: Buffer, pos: int) -> tuple[CreateTopicsResponse, int]:
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_creatable_topic_result_v1_4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_creatable_topic_result_v1_4(buf, pos)
+        topics.append(topics_item)
     return CreateTopicsResponse(topics=topics), pos
 
 
 def _encode_create_topics_response_v2_4(self: CreateTopicsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_creatable_topic_result_v1_4(item, out)
+    for topics_item in self.topics:
+        _encode_creatable_topic_result_v1_4(topics_item, out)
 
 
 def _decode_create_topics_response_v2_4(buf: Buffer, pos: int) -> tuple[CreateTopicsResponse, int]:
@@ -288,16 +288,16 @@ def _decode_create_topics_response_v2_4(buf: Buffer, pos: int) -> tuple[CreateTo
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_creatable_topic_result_v1_4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_creatable_topic_result_v1_4(buf, pos)
+        topics.append(topics_item)
     return CreateTopicsResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
 
 
 def _encode_create_topics_response_v5_6(self: CreateTopicsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_creatable_topic_result_v5_6(item, out)
+    for topics_item in self.topics:
+        _encode_creatable_topic_result_v5_6(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -310,8 +310,8 @@ def _decode_create_topics_response_v5_6(buf: Buffer, pos: int) -> tuple[CreateTo
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_creatable_topic_result_v5_6(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_creatable_topic_result_v5_6(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return CreateTopicsResponse(throttle_time_ms=throttle_time_ms, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -319,8 +319,8 @@ def _decode_create_topics_response_v5_6(buf: Buffer, pos: int) -> tuple[CreateTo
 def _encode_create_topics_response_v7(self: CreateTopicsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_creatable_topic_result_v7(item, out)
+    for topics_item in self.topics:
+        _encode_creatable_topic_result_v7(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -333,8 +333,8 @@ def _decode_create_topics_response_v7(buf: Buffer, pos: int) -> tuple[CreateTopi
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_creatable_topic_result_v7(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_creatable_topic_result_v7(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return CreateTopicsResponse(throttle_time_ms=throttle_time_ms, topics=topics, unknown_tagged_fields=unknown), pos
 

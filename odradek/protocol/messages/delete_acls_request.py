@@ -137,38 +137,38 @@ def _decode_delete_acls_filter_v2_3(buf: Buffer, pos: int) -> tuple[DeleteAclsFi
 
 def _encode_delete_acls_request_v0(self: DeleteAclsRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.filters))
-    for item in self.filters:
-        _encode_delete_acls_filter_v0(item, out)
+    for filters_item in self.filters:
+        _encode_delete_acls_filter_v0(filters_item, out)
 
 
 def _decode_delete_acls_request_v0(buf: Buffer, pos: int) -> tuple[DeleteAclsRequest, int]:
     count, pos = read_array_length(buf, pos, False)
     filters = []
     for _ in range(count):
-        item, pos = _decode_delete_acls_filter_v0(buf, pos)
-        filters.append(item)
+        filters_item, pos = _decode_delete_acls_filter_v0(buf, pos)
+        filters.append(filters_item)
     return DeleteAclsRequest(filters=filters), pos
 
 
 def _encode_delete_acls_request_v1(self: DeleteAclsRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.filters))
-    for item in self.filters:
-        _encode_delete_acls_filter_v1(item, out)
+    for filters_item in self.filters:
+        _encode_delete_acls_filter_v1(filters_item, out)
 
 
 def _decode_delete_acls_request_v1(buf: Buffer, pos: int) -> tuple[DeleteAclsRequest, int]:
     count, pos = read_array_length(buf, pos, False)
     filters = []
     for _ in range(count):
-        item, pos = _decode_delete_acls_filter_v1(buf, pos)
-        filters.append(item)
+        filters_item, pos = _decode_delete_acls_filter_v1(buf, pos)
+        filters.append(filters_item)
     return DeleteAclsRequest(filters=filters), pos
 
 
 def _encode_delete_acls_request_v2_3(self: DeleteAclsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.filters) + 1)
-    for item in self.filters:
-        _encode_delete_acls_filter_v2_3(item, out)
+    for filters_item in self.filters:
+        _encode_delete_acls_filter_v2_3(filters_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -179,8 +179,8 @@ def _decode_delete_acls_request_v2_3(buf: Buffer, pos: int) -> tuple[DeleteAclsR
     count, pos = read_compact_array_length(buf, pos, False)
     filters = []
     for _ in range(count):
-        item, pos = _decode_delete_acls_filter_v2_3(buf, pos)
-        filters.append(item)
+        filters_item, pos = _decode_delete_acls_filter_v2_3(buf, pos)
+        filters.append(filters_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DeleteAclsRequest(filters=filters, unknown_tagged_fields=unknown), pos
 

@@ -180,8 +180,8 @@ def _encode_delete_acls_filter_result_v0(self: DeleteAclsFilterResult, out: byte
     out += _I16.pack(self.error_code)
     write_nullable_string(out, self.error_message)
     out += INT32.pack(len(self.matching_acls))
-    for item in self.matching_acls:
-        _encode_delete_acls_matching_acl_v0(item, out)
+    for matching_acls_item in self.matching_acls:
+        _encode_delete_acls_matching_acl_v0(matching_acls_item, out)
 
 
 def _decode_delete_acls_filter_result_v0(buf: Buffer, pos: int) -> tuple[DeleteAclsFilterResult, int]:
@@ -191,8 +191,8 @@ def _decode_delete_acls_filter_result_v0(buf: Buffer, pos: int) -> tuple[DeleteA
     count, pos = read_array_length(buf, pos, False)
     matching_acls = []
     for _ in range(count):
-        item, pos = _decode_delete_acls_matching_acl_v0(buf, pos)
-        matching_acls.append(item)
+        matching_acls_item, pos = _decode_delete_acls_matching_acl_v0(buf, pos)
+        matching_acls.append(matching_acls_item)
     return DeleteAclsFilterResult(error_code=error_code, error_message=error_message, matching_acls=matching_acls), pos
 
 
@@ -200,8 +200,8 @@ def _encode_delete_acls_filter_result_v1(self: DeleteAclsFilterResult, out: byte
     out += _I16.pack(self.error_code)
     write_nullable_string(out, self.error_message)
     out += INT32.pack(len(self.matching_acls))
-    for item in self.matching_acls:
-        _encode_delete_acls_matching_acl_v1(item, out)
+    for matching_acls_item in self.matching_acls:
+        _encode_delete_acls_matching_acl_v1(matching_acls_item, out)
 
 
 def _decode_delete_acls_filter_result_v1(buf: Buffer, pos: int) -> tuple[DeleteAclsFilterResult, int]:
@@ -211,8 +211,8 @@ def _decode_delete_acls_filter_result_v1(buf: Buffer, pos: int) -> tuple[DeleteA
     count, pos = read_array_length(buf, pos, False)
     matching_acls = []
     for _ in range(count):
-        item, pos = _decode_delete_acls_matching_acl_v1(buf, pos)
-        matching_acls.append(item)
+        matching_acls_item, pos = _decode_delete_acls_matching_acl_v1(buf, pos)
+        matching_acls.append(matching_acls_item)
     return DeleteAclsFilterResult(error_code=error_code, error_message=error_message, matching_acls=matching_acls), pos
 
 
@@ -220,8 +220,8 @@ def _encode_delete_acls_filter_result_v2_3(self: DeleteAclsFilterResult, out: by
     out += _I16.pack(self.error_code)
     write_compact_nullable_string(out, self.error_message)
     write_uvarint(out, len(self.matching_acls) + 1)
-    for item in self.matching_acls:
-        _encode_delete_acls_matching_acl_v2_3(item, out)
+    for matching_acls_item in self.matching_acls:
+        _encode_delete_acls_matching_acl_v2_3(matching_acls_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -235,8 +235,8 @@ def _decode_delete_acls_filter_result_v2_3(buf: Buffer, pos: int) -> tuple[Delet
     count, pos = read_compact_array_length(buf, pos, False)
     matching_acls = []
     for _ in range(count):
-        item, pos = _decode_delete_acls_matching_acl_v2_3(buf, pos)
-        matching_acls.append(item)
+        matching_acls_item, pos = _decode_delete_acls_matching_acl_v2_3(buf, pos)
+        matching_acls.append(matching_acls_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DeleteAclsFilterResult(error_code=error_code, error_message=error_message, matching_acls=matching_acls, unknown_tagged_fields=unknown), pos
 
@@ -244,8 +244,8 @@ def _decode_delete_acls_filter_result_v2_3(buf: Buffer, pos: int) -> tuple[Delet
 def _encode_delete_acls_response_v0(self: DeleteAclsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.filter_results))
-    for item in self.filter_results:
-        _encode_delete_acls_filter_result_v0(item, out)
+    for filter_results_item in self.filter_results:
+        _encode_delete_acls_filter_result_v0(filter_results_item, out)
 
 
 def _decode_delete_acls_response_v0(buf: Buffer, pos: int) -> tuple[DeleteAclsResponse, int]:
@@ -254,16 +254,16 @@ def _decode_delete_acls_response_v0(buf: Buffer, pos: int) -> tuple[DeleteAclsRe
     count, pos = read_array_length(buf, pos, False)
     filter_results = []
     for _ in range(count):
-        item, pos = _decode_delete_acls_filter_result_v0(buf, pos)
-        filter_results.append(item)
+        filter_results_item, pos = _decode_delete_acls_filter_result_v0(buf, pos)
+        filter_results.append(filter_results_item)
     return DeleteAclsResponse(throttle_time_ms=throttle_time_ms, filter_results=filter_results), pos
 
 
 def _encode_delete_acls_response_v1(self: DeleteAclsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.filter_results))
-    for item in self.filter_results:
-        _encode_delete_acls_filter_result_v1(item, out)
+    for filter_results_item in self.filter_results:
+        _encode_delete_acls_filter_result_v1(filter_results_item, out)
 
 
 def _decode_delete_acls_response_v1(buf: Buffer, pos: int) -> tuple[DeleteAclsResponse, int]:
@@ -272,16 +272,16 @@ def _decode_delete_acls_response_v1(buf: Buffer, pos: int) -> tuple[DeleteAclsRe
     count, pos = read_array_length(buf, pos, False)
     filter_results = []
     for _ in range(count):
-        item, pos = _decode_delete_acls_filter_result_v1(buf, pos)
-        filter_results.append(item)
+        filter_results_item, pos = _decode_delete_acls_filter_result_v1(buf, pos)
+        filter_results.append(filter_results_item)
     return DeleteAclsResponse(throttle_time_ms=throttle_time_ms, filter_results=filter_results), pos
 
 
 def _encode_delete_acls_response_v2_3(self: DeleteAclsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.filter_results) + 1)
-    for item in self.filter_results:
-        _encode_delete_acls_filter_result_v2_3(item, out)
+    for filter_results_item in self.filter_results:
+        _encode_delete_acls_filter_result_v2_3(filter_results_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -294,8 +294,8 @@ def _decode_delete_acls_response_v2_3(buf: Buffer, pos: int) -> tuple[DeleteAcls
     count, pos = read_compact_array_length(buf, pos, False)
     filter_results = []
     for _ in range(count):
-        item, pos = _decode_delete_acls_filter_result_v2_3(buf, pos)
-        filter_results.append(item)
+        filter_results_item, pos = _decode_delete_acls_filter_result_v2_3(buf, pos)
+        filter_results.append(filter_results_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DeleteAclsResponse(throttle_time_ms=throttle_time_ms, filter_results=filter_results, unknown_tagged_fields=unknown), pos
 

@@ -40,23 +40,23 @@ class DeleteGroupsRequest(Message):
 
 def _encode_delete_groups_request_v0_1(self: DeleteGroupsRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.groups_names))
-    for item in self.groups_names:
-        write_string(out, item)
+    for groups_names_item in self.groups_names:
+        write_string(out, groups_names_item)
 
 
 def _decode_delete_groups_request_v0_1(buf: Buffer, pos: int) -> tuple[DeleteGroupsRequest, int]:
     count, pos = read_array_length(buf, pos, False)
     groups_names = []
     for _ in range(count):
-        item, pos = read_string(buf, pos)
-        groups_names.append(item)
+        groups_names_item, pos = read_string(buf, pos)
+        groups_names.append(groups_names_item)
     return DeleteGroupsRequest(groups_names=groups_names), pos
 
 
 def _encode_delete_groups_request_v2(self: DeleteGroupsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.groups_names) + 1)
-    for item in self.groups_names:
-        write_compact_string(out, item)
+    for groups_names_item in self.groups_names:
+        write_compact_string(out, groups_names_item)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -67,8 +67,8 @@ def _decode_delete_groups_request_v2(buf: Buffer, pos: int) -> tuple[DeleteGroup
     count, pos = read_compact_array_length(buf, pos, False)
     groups_names = []
     for _ in range(count):
-        item, pos = read_compact_string(buf, pos)
-        groups_names.append(item)
+        groups_names_item, pos = read_compact_string(buf, pos)
+        groups_names.append(groups_names_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DeleteGroupsRequest(groups_names=groups_names, unknown_tagged_fields=unknown), pos
 

@@ -88,8 +88,8 @@ def _decode_deletable_group_result_v2(buf: Buffer, pos: int) -> tuple[DeletableG
 def _encode_delete_groups_response_v0_1(self: DeleteGroupsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.results))
-    for item in self.results:
-        _encode_deletable_group_result_v0_1(item, out)
+    for results_item in self.results:
+        _encode_deletable_group_result_v0_1(results_item, out)
 
 
 def _decode_delete_groups_response_v0_1(buf: Buffer, pos: int) -> tuple[DeleteGroupsResponse, int]:
@@ -98,16 +98,16 @@ def _decode_delete_groups_response_v0_1(buf: Buffer, pos: int) -> tuple[DeleteGr
     count, pos = read_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_deletable_group_result_v0_1(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_deletable_group_result_v0_1(buf, pos)
+        results.append(results_item)
     return DeleteGroupsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
 
 
 def _encode_delete_groups_response_v2(self: DeleteGroupsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.results) + 1)
-    for item in self.results:
-        _encode_deletable_group_result_v2(item, out)
+    for results_item in self.results:
+        _encode_deletable_group_result_v2(results_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -120,8 +120,8 @@ def _decode_delete_groups_response_v2(buf: Buffer, pos: int) -> tuple[DeleteGrou
     count, pos = read_compact_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_deletable_group_result_v2(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_deletable_group_result_v2(buf, pos)
+        results.append(results_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DeleteGroupsResponse(throttle_time_ms=throttle_time_ms, results=results, unknown_tagged_fields=unknown), pos
 

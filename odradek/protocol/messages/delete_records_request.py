@@ -96,8 +96,8 @@ def _decode_delete_records_partition_v2(buf: Buffer, pos: int) -> tuple[DeleteRe
 def _encode_delete_records_topic_v0_1(self: DeleteRecordsTopic, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_delete_records_partition_v0_1(item, out)
+    for partitions_item in self.partitions:
+        _encode_delete_records_partition_v0_1(partitions_item, out)
 
 
 def _decode_delete_records_topic_v0_1(buf: Buffer, pos: int) -> tuple[DeleteRecordsTopic, int]:
@@ -105,16 +105,16 @@ def _decode_delete_records_topic_v0_1(buf: Buffer, pos: int) -> tuple[DeleteReco
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_delete_records_partition_v0_1(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_delete_records_partition_v0_1(buf, pos)
+        partitions.append(partitions_item)
     return DeleteRecordsTopic(name=name, partitions=partitions), pos
 
 
 def _encode_delete_records_topic_v2(self: DeleteRecordsTopic, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_delete_records_partition_v2(item, out)
+    for partitions_item in self.partitions:
+        _encode_delete_records_partition_v2(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -126,16 +126,16 @@ def _decode_delete_records_topic_v2(buf: Buffer, pos: int) -> tuple[DeleteRecord
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_delete_records_partition_v2(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_delete_records_partition_v2(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DeleteRecordsTopic(name=name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
 
 def _encode_delete_records_request_v0_1(self: DeleteRecordsRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_delete_records_topic_v0_1(item, out)
+    for topics_item in self.topics:
+        _encode_delete_records_topic_v0_1(topics_item, out)
     out += _I32.pack(self.timeout_ms)
 
 
@@ -143,8 +143,8 @@ def _decode_delete_records_request_v0_1(buf: Buffer, pos: int) -> tuple[DeleteRe
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_delete_records_topic_v0_1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_delete_records_topic_v0_1(buf, pos)
+        topics.append(topics_item)
     (timeout_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     return DeleteRecordsRequest(topics=topics, timeout_ms=timeout_ms), pos
@@ -152,8 +152,8 @@ def _decode_delete_records_request_v0_1(buf: Buffer, pos: int) -> tuple[DeleteRe
 
 def _encode_delete_records_request_v2(self: DeleteRecordsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_delete_records_topic_v2(item, out)
+    for topics_item in self.topics:
+        _encode_delete_records_topic_v2(topics_item, out)
     out += _I32.pack(self.timeout_ms)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -165,8 +165,8 @@ def _decode_delete_records_request_v2(buf: Buffer, pos: int) -> tuple[DeleteReco
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_delete_records_topic_v2(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_delete_records_topic_v2(buf, pos)
+        topics.append(topics_item)
     (timeout_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)

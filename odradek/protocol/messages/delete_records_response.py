@@ -98,8 +98,8 @@ def _decode_delete_records_partition_result_v2(buf: Buffer, pos: int) -> tuple[D
 def _encode_delete_records_topic_result_v0_1(self: DeleteRecordsTopicResult, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_delete_records_partition_result_v0_1(item, out)
+    for partitions_item in self.partitions:
+        _encode_delete_records_partition_result_v0_1(partitions_item, out)
 
 
 def _decode_delete_records_topic_result_v0_1(buf: Buffer, pos: int) -> tuple[DeleteRecordsTopicResult, int]:
@@ -107,16 +107,16 @@ def _decode_delete_records_topic_result_v0_1(buf: Buffer, pos: int) -> tuple[Del
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_delete_records_partition_result_v0_1(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_delete_records_partition_result_v0_1(buf, pos)
+        partitions.append(partitions_item)
     return DeleteRecordsTopicResult(name=name, partitions=partitions), pos
 
 
 def _encode_delete_records_topic_result_v2(self: DeleteRecordsTopicResult, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_delete_records_partition_result_v2(item, out)
+    for partitions_item in self.partitions:
+        _encode_delete_records_partition_result_v2(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -128,8 +128,8 @@ def _decode_delete_records_topic_result_v2(buf: Buffer, pos: int) -> tuple[Delet
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_delete_records_partition_result_v2(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_delete_records_partition_result_v2(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DeleteRecordsTopicResult(name=name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -137,8 +137,8 @@ def _decode_delete_records_topic_result_v2(buf: Buffer, pos: int) -> tuple[Delet
 def _encode_delete_records_response_v0_1(self: DeleteRecordsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_delete_records_topic_result_v0_1(item, out)
+    for topics_item in self.topics:
+        _encode_delete_records_topic_result_v0_1(topics_item, out)
 
 
 def _decode_delete_records_response_v0_1(buf: Buffer, pos: int) -> tuple[DeleteRecordsResponse, int]:
@@ -147,16 +147,16 @@ def _decode_delete_records_response_v0_1(buf: Buffer, pos: int) -> tuple[DeleteR
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_delete_records_topic_result_v0_1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_delete_records_topic_result_v0_1(buf, pos)
+        topics.append(topics_item)
     return DeleteRecordsResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
 
 
 def _encode_delete_records_response_v2(self: DeleteRecordsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_delete_records_topic_result_v2(item, out)
+    for topics_item in self.topics:
+        _encode_delete_records_topic_result_v2(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -169,8 +169,8 @@ def _decode_delete_records_response_v2(buf: Buffer, pos: int) -> tuple[DeleteRec
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_delete_records_topic_result_v2(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_delete_records_topic_result_v2(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DeleteRecordsResponse(throttle_time_ms=throttle_time_ms, topics=topics, unknown_tagged_fields=unknown), pos
 

@@ -86,8 +86,8 @@ def _decode_partition_result_v0(buf: Buffer, pos: int) -> tuple[PartitionResult,
 def _encode_delete_state_result_v0(self: DeleteStateResult, out: bytearray) -> None:
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_result_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_result_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -99,16 +99,16 @@ def _decode_delete_state_result_v0(buf: Buffer, pos: int) -> tuple[DeleteStateRe
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_result_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_result_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DeleteStateResult(topic_id=topic_id, partitions=partitions, unknown_tagged_fields=unknown), pos
 
 
 def _encode_delete_share_group_state_response_v0(self: DeleteShareGroupStateResponse, out: bytearray) -> None:
     write_uvarint(out, len(self.results) + 1)
-    for item in self.results:
-        _encode_delete_state_result_v0(item, out)
+    for results_item in self.results:
+        _encode_delete_state_result_v0(results_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -119,8 +119,8 @@ def _decode_delete_share_group_state_response_v0(buf: Buffer, pos: int) -> tuple
     count, pos = read_compact_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_delete_state_result_v0(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_delete_state_result_v0(buf, pos)
+        results.append(results_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DeleteShareGroupStateResponse(results=results, unknown_tagged_fields=unknown), pos
 

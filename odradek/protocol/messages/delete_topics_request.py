@@ -83,8 +83,8 @@ def _encode_delete_topics_request_v0_3(self: DeleteTopicsRequest, out: bytearray
     if self.topics:
         raise EncodeError("topics exists only in versions 6+ and is not ignorable")
     out += INT32.pack(len(self.topic_names))
-    for item in self.topic_names:
-        write_string(out, item)
+    for topic_names_item in self.topic_names:
+        write_string(out, topic_names_item)
     out += _I32.pack(self.timeout_ms)
 
 
@@ -92,8 +92,8 @@ def _decode_delete_topics_request_v0_3(buf: Buffer, pos: int) -> tuple[DeleteTop
     count, pos = read_array_length(buf, pos, False)
     topic_names = []
     for _ in range(count):
-        item, pos = read_string(buf, pos)
-        topic_names.append(item)
+        topic_names_item, pos = read_string(buf, pos)
+        topic_names.append(topic_names_item)
     (timeout_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     return DeleteTopicsRequest(topic_names=topic_names, timeout_ms=timeout_ms), pos
@@ -103,8 +103,8 @@ def _encode_delete_topics_request_v4_5(self: DeleteTopicsRequest, out: bytearray
     if self.topics:
         raise EncodeError("topics exists only in versions 6+ and is not ignorable")
     write_uvarint(out, len(self.topic_names) + 1)
-    for item in self.topic_names:
-        write_compact_string(out, item)
+    for topic_names_item in self.topic_names:
+        write_compact_string(out, topic_names_item)
     out += _I32.pack(self.timeout_ms)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -116,8 +116,8 @@ def _decode_delete_topics_request_v4_5(buf: Buffer, pos: int) -> tuple[DeleteTop
     count, pos = read_compact_array_length(buf, pos, False)
     topic_names = []
     for _ in range(count):
-        item, pos = read_compact_string(buf, pos)
-        topic_names.append(item)
+        topic_names_item, pos = read_compact_string(buf, pos)
+        topic_names.append(topic_names_item)
     (timeout_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -126,8 +126,8 @@ def _decode_delete_topics_request_v4_5(buf: Buffer, pos: int) -> tuple[DeleteTop
 
 def _encode_delete_topics_request_v6(self: DeleteTopicsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_delete_topic_state_v6(item, out)
+    for topics_item in self.topics:
+        _encode_delete_topic_state_v6(topics_item, out)
     out += _I32.pack(self.timeout_ms)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -139,8 +139,8 @@ def _decode_delete_topics_request_v6(buf: Buffer, pos: int) -> tuple[DeleteTopic
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_delete_topic_state_v6(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_delete_topic_state_v6(buf, pos)
+        topics.append(topics_item)
     (timeout_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)

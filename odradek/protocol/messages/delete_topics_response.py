@@ -136,24 +136,24 @@ def _decode_deletable_topic_result_v6(buf: Buffer, pos: int) -> tuple[DeletableT
 
 def _encode_delete_topics_response_v0(self: DeleteTopicsResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
-    for item in self.responses:
-        _encode_deletable_topic_result_v0_3(item, out)
+    for responses_item in self.responses:
+        _encode_deletable_topic_result_v0_3(responses_item, out)
 
 
 def _decode_delete_topics_response_v0(buf: Buffer, pos: int) -> tuple[DeleteTopicsResponse, int]:
     count, pos = read_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_deletable_topic_result_v0_3(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_deletable_topic_result_v0_3(buf, pos)
+        responses.append(responses_item)
     return DeleteTopicsResponse(responses=responses), pos
 
 
 def _encode_delete_topics_response_v1_3(self: DeleteTopicsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.responses))
-    for item in self.responses:
-        _encode_deletable_topic_result_v0_3(item, out)
+    for responses_item in self.responses:
+        _encode_deletable_topic_result_v0_3(responses_item, out)
 
 
 def _decode_delete_topics_response_v1_3(buf: Buffer, pos: int) -> tuple[DeleteTopicsResponse, int]:
@@ -162,16 +162,16 @@ def _decode_delete_topics_response_v1_3(buf: Buffer, pos: int) -> tuple[DeleteTo
     count, pos = read_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_deletable_topic_result_v0_3(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_deletable_topic_result_v0_3(buf, pos)
+        responses.append(responses_item)
     return DeleteTopicsResponse(throttle_time_ms=throttle_time_ms, responses=responses), pos
 
 
 def _encode_delete_topics_response_v4(self: DeleteTopicsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.responses) + 1)
-    for item in self.responses:
-        _encode_deletable_topic_result_v4(item, out)
+    for responses_item in self.responses:
+        _encode_deletable_topic_result_v4(responses_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -184,8 +184,8 @@ def _decode_delete_topics_response_v4(buf: Buffer, pos: int) -> tuple[DeleteTopi
     count, pos = read_compact_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_deletable_topic_result_v4(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_deletable_topic_result_v4(buf, pos)
+        responses.append(responses_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DeleteTopicsResponse(throttle_time_ms=throttle_time_ms, responses=responses, unknown_tagged_fields=unknown), pos
 
@@ -193,8 +193,8 @@ def _decode_delete_topics_response_v4(buf: Buffer, pos: int) -> tuple[DeleteTopi
 def _encode_delete_topics_response_v5(self: DeleteTopicsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.responses) + 1)
-    for item in self.responses:
-        _encode_deletable_topic_result_v5(item, out)
+    for responses_item in self.responses:
+        _encode_deletable_topic_result_v5(responses_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -207,8 +207,8 @@ def _decode_delete_topics_response_v5(buf: Buffer, pos: int) -> tuple[DeleteTopi
     count, pos = read_compact_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_deletable_topic_result_v5(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_deletable_topic_result_v5(buf, pos)
+        responses.append(responses_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DeleteTopicsResponse(throttle_time_ms=throttle_time_ms, responses=responses, unknown_tagged_fields=unknown), pos
 
@@ -216,8 +216,8 @@ def _decode_delete_topics_response_v5(buf: Buffer, pos: int) -> tuple[DeleteTopi
 def _encode_delete_topics_response_v6(self: DeleteTopicsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.responses) + 1)
-    for item in self.responses:
-        _encode_deletable_topic_result_v6(item, out)
+    for responses_item in self.responses:
+        _encode_deletable_topic_result_v6(responses_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -230,8 +230,8 @@ def _decode_delete_topics_response_v6(buf: Buffer, pos: int) -> tuple[DeleteTopi
     count, pos = read_compact_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_deletable_topic_result_v6(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_deletable_topic_result_v6(buf, pos)
+        responses.append(responses_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DeleteTopicsResponse(throttle_time_ms=throttle_time_ms, responses=responses, unknown_tagged_fields=unknown), pos
 

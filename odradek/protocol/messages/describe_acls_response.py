@@ -125,8 +125,8 @@ def _encode_describe_acls_resource_v0(self: DescribeAclsResource, out: bytearray
     if self.pattern_type != 3:
         raise EncodeError("pattern_type exists only in versions 1+ and is not ignorable")
     out += INT32.pack(len(self.acls))
-    for item in self.acls:
-        _encode_acl_description_v0_1(item, out)
+    for acls_item in self.acls:
+        _encode_acl_description_v0_1(acls_item, out)
 
 
 def _decode_describe_acls_resource_v0(buf: Buffer, pos: int) -> tuple[DescribeAclsResource, int]:
@@ -136,8 +136,8 @@ def _decode_describe_acls_resource_v0(buf: Buffer, pos: int) -> tuple[DescribeAc
     count, pos = read_array_length(buf, pos, False)
     acls = []
     for _ in range(count):
-        item, pos = _decode_acl_description_v0_1(buf, pos)
-        acls.append(item)
+        acls_item, pos = _decode_acl_description_v0_1(buf, pos)
+        acls.append(acls_item)
     return DescribeAclsResource(resource_type=resource_type, resource_name=resource_name, acls=acls), pos
 
 
@@ -146,8 +146,8 @@ def _encode_describe_acls_resource_v1(self: DescribeAclsResource, out: bytearray
     write_string(out, self.resource_name)
     out += _I8.pack(self.pattern_type)
     out += INT32.pack(len(self.acls))
-    for item in self.acls:
-        _encode_acl_description_v0_1(item, out)
+    for acls_item in self.acls:
+        _encode_acl_description_v0_1(acls_item, out)
 
 
 def _decode_describe_acls_resource_v1(buf: Buffer, pos: int) -> tuple[DescribeAclsResource, int]:
@@ -159,8 +159,8 @@ def _decode_describe_acls_resource_v1(buf: Buffer, pos: int) -> tuple[DescribeAc
     count, pos = read_array_length(buf, pos, False)
     acls = []
     for _ in range(count):
-        item, pos = _decode_acl_description_v0_1(buf, pos)
-        acls.append(item)
+        acls_item, pos = _decode_acl_description_v0_1(buf, pos)
+        acls.append(acls_item)
     return DescribeAclsResource(resource_type=resource_type, resource_name=resource_name, pattern_type=pattern_type, acls=acls), pos
 
 
@@ -169,8 +169,8 @@ def _encode_describe_acls_resource_v2_3(self: DescribeAclsResource, out: bytearr
     write_compact_string(out, self.resource_name)
     out += _I8.pack(self.pattern_type)
     write_uvarint(out, len(self.acls) + 1)
-    for item in self.acls:
-        _encode_acl_description_v2_3(item, out)
+    for acls_item in self.acls:
+        _encode_acl_description_v2_3(acls_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -186,8 +186,8 @@ def _decode_describe_acls_resource_v2_3(buf: Buffer, pos: int) -> tuple[Describe
     count, pos = read_compact_array_length(buf, pos, False)
     acls = []
     for _ in range(count):
-        item, pos = _decode_acl_description_v2_3(buf, pos)
-        acls.append(item)
+        acls_item, pos = _decode_acl_description_v2_3(buf, pos)
+        acls.append(acls_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeAclsResource(resource_type=resource_type, resource_name=resource_name, pattern_type=pattern_type, acls=acls, unknown_tagged_fields=unknown), pos
 
@@ -196,8 +196,8 @@ def _encode_describe_acls_response_v0(self: DescribeAclsResponse, out: bytearray
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_nullable_string(out, self.error_message)
     out += INT32.pack(len(self.resources))
-    for item in self.resources:
-        _encode_describe_acls_resource_v0(item, out)
+    for resources_item in self.resources:
+        _encode_describe_acls_resource_v0(resources_item, out)
 
 
 def _decode_describe_acls_response_v0(buf: Buffer, pos: int) -> tuple[DescribeAclsResponse, int]:
@@ -207,8 +207,8 @@ def _decode_describe_acls_response_v0(buf: Buffer, pos: int) -> tuple[DescribeAc
     count, pos = read_array_length(buf, pos, False)
     resources = []
     for _ in range(count):
-        item, pos = _decode_describe_acls_resource_v0(buf, pos)
-        resources.append(item)
+        resources_item, pos = _decode_describe_acls_resource_v0(buf, pos)
+        resources.append(resources_item)
     return DescribeAclsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, resources=resources), pos
 
 
@@ -216,8 +216,8 @@ def _encode_describe_acls_response_v1(self: DescribeAclsResponse, out: bytearray
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_nullable_string(out, self.error_message)
     out += INT32.pack(len(self.resources))
-    for item in self.resources:
-        _encode_describe_acls_resource_v1(item, out)
+    for resources_item in self.resources:
+        _encode_describe_acls_resource_v1(resources_item, out)
 
 
 def _decode_describe_acls_response_v1(buf: Buffer, pos: int) -> tuple[DescribeAclsResponse, int]:
@@ -227,8 +227,8 @@ def _decode_describe_acls_response_v1(buf: Buffer, pos: int) -> tuple[DescribeAc
     count, pos = read_array_length(buf, pos, False)
     resources = []
     for _ in range(count):
-        item, pos = _decode_describe_acls_resource_v1(buf, pos)
-        resources.append(item)
+        resources_item, pos = _decode_describe_acls_resource_v1(buf, pos)
+        resources.append(resources_item)
     return DescribeAclsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, resources=resources), pos
 
 
@@ -236,8 +236,8 @@ def _encode_describe_acls_response_v2_3(self: DescribeAclsResponse, out: bytearr
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_compact_nullable_string(out, self.error_message)
     write_uvarint(out, len(self.resources) + 1)
-    for item in self.resources:
-        _encode_describe_acls_resource_v2_3(item, out)
+    for resources_item in self.resources:
+        _encode_describe_acls_resource_v2_3(resources_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -251,8 +251,8 @@ def _decode_describe_acls_response_v2_3(buf: Buffer, pos: int) -> tuple[Describe
     count, pos = read_compact_array_length(buf, pos, False)
     resources = []
     for _ in range(count):
-        item, pos = _decode_describe_acls_resource_v2_3(buf, pos)
-        resources.append(item)
+        resources_item, pos = _decode_describe_acls_resource_v2_3(buf, pos)
+        resources.append(resources_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeAclsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, resources=resources, unknown_tagged_fields=unknown), pos
 

@@ -97,8 +97,8 @@ def _decode_component_data_v1(buf: Buffer, pos: int) -> tuple[ComponentData, int
 
 def _encode_describe_client_quotas_request_v0(self: DescribeClientQuotasRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.components))
-    for item in self.components:
-        _encode_component_data_v0(item, out)
+    for components_item in self.components:
+        _encode_component_data_v0(components_item, out)
     out += _BOOL.pack(self.strict)
 
 
@@ -106,8 +106,8 @@ def _decode_describe_client_quotas_request_v0(buf: Buffer, pos: int) -> tuple[De
     count, pos = read_array_length(buf, pos, False)
     components = []
     for _ in range(count):
-        item, pos = _decode_component_data_v0(buf, pos)
-        components.append(item)
+        components_item, pos = _decode_component_data_v0(buf, pos)
+        components.append(components_item)
     (strict,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     return DescribeClientQuotasRequest(components=components, strict=strict), pos
@@ -115,8 +115,8 @@ def _decode_describe_client_quotas_request_v0(buf: Buffer, pos: int) -> tuple[De
 
 def _encode_describe_client_quotas_request_v1(self: DescribeClientQuotasRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.components) + 1)
-    for item in self.components:
-        _encode_component_data_v1(item, out)
+    for components_item in self.components:
+        _encode_component_data_v1(components_item, out)
     out += _BOOL.pack(self.strict)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -128,8 +128,8 @@ def _decode_describe_client_quotas_request_v1(buf: Buffer, pos: int) -> tuple[De
     count, pos = read_compact_array_length(buf, pos, False)
     components = []
     for _ in range(count):
-        item, pos = _decode_component_data_v1(buf, pos)
-        components.append(item)
+        components_item, pos = _decode_component_data_v1(buf, pos)
+        components.append(components_item)
     (strict,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     unknown, pos = read_unknown_tagged_fields(buf, pos)

@@ -147,34 +147,34 @@ def _decode_value_data_v1(buf: Buffer, pos: int) -> tuple[ValueData, int]:
 
 def _encode_entry_data_v0(self: EntryData, out: bytearray) -> None:
     out += INT32.pack(len(self.entity))
-    for item in self.entity:
-        _encode_entity_data_v0(item, out)
+    for entity_item in self.entity:
+        _encode_entity_data_v0(entity_item, out)
     out += INT32.pack(len(self.values))
-    for item in self.values:
-        _encode_value_data_v0(item, out)
+    for values_item in self.values:
+        _encode_value_data_v0(values_item, out)
 
 
 def _decode_entry_data_v0(buf: Buffer, pos: int) -> tuple[EntryData, int]:
     count, pos = read_array_length(buf, pos, False)
     entity = []
     for _ in range(count):
-        item, pos = _decode_entity_data_v0(buf, pos)
-        entity.append(item)
+        entity_item, pos = _decode_entity_data_v0(buf, pos)
+        entity.append(entity_item)
     count, pos = read_array_length(buf, pos, False)
     values = []
     for _ in range(count):
-        item, pos = _decode_value_data_v0(buf, pos)
-        values.append(item)
+        values_item, pos = _decode_value_data_v0(buf, pos)
+        values.append(values_item)
     return EntryData(entity=entity, values=values), pos
 
 
 def _encode_entry_data_v1(self: EntryData, out: bytearray) -> None:
     write_uvarint(out, len(self.entity) + 1)
-    for item in self.entity:
-        _encode_entity_data_v1(item, out)
+    for entity_item in self.entity:
+        _encode_entity_data_v1(entity_item, out)
     write_uvarint(out, len(self.values) + 1)
-    for item in self.values:
-        _encode_value_data_v1(item, out)
+    for values_item in self.values:
+        _encode_value_data_v1(values_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -185,13 +185,13 @@ def _decode_entry_data_v1(buf: Buffer, pos: int) -> tuple[EntryData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     entity = []
     for _ in range(count):
-        item, pos = _decode_entity_data_v1(buf, pos)
-        entity.append(item)
+        entity_item, pos = _decode_entity_data_v1(buf, pos)
+        entity.append(entity_item)
     count, pos = read_compact_array_length(buf, pos, False)
     values = []
     for _ in range(count):
-        item, pos = _decode_value_data_v1(buf, pos)
-        values.append(item)
+        values_item, pos = _decode_value_data_v1(buf, pos)
+        values.append(values_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return EntryData(entity=entity, values=values, unknown_tagged_fields=unknown), pos
 
@@ -203,8 +203,8 @@ def _encode_describe_client_quotas_response_v0(self: DescribeClientQuotasRespons
         out += NULL_INT32
     else:
         out += INT32.pack(len(self.entries))
-        for item in self.entries:
-            _encode_entry_data_v0(item, out)
+        for entries_item in self.entries:
+            _encode_entry_data_v0(entries_item, out)
 
 
 def _decode_describe_client_quotas_response_v0(buf: Buffer, pos: int) -> tuple[DescribeClientQuotasResponse, int]:
@@ -216,8 +216,8 @@ def _decode_describe_client_quotas_response_v0(buf: Buffer, pos: int) -> tuple[D
     if count >= 0:
         entries = []
         for _ in range(count):
-            item, pos = _decode_entry_data_v0(buf, pos)
-            entries.append(item)
+            entries_item, pos = _decode_entry_data_v0(buf, pos)
+            entries.append(entries_item)
     return DescribeClientQuotasResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, entries=entries), pos
 
 
@@ -228,8 +228,8 @@ def _encode_describe_client_quotas_response_v1(self: DescribeClientQuotasRespons
         out.append(0)
     else:
         write_uvarint(out, len(self.entries) + 1)
-        for item in self.entries:
-            _encode_entry_data_v1(item, out)
+        for entries_item in self.entries:
+            _encode_entry_data_v1(entries_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -245,8 +245,8 @@ def _decode_describe_client_quotas_response_v1(buf: Buffer, pos: int) -> tuple[D
     if count >= 0:
         entries = []
         for _ in range(count):
-            item, pos = _decode_entry_data_v1(buf, pos)
-            entries.append(item)
+            entries_item, pos = _decode_entry_data_v1(buf, pos)
+            entries.append(entries_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeClientQuotasResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, entries=entries, unknown_tagged_fields=unknown), pos
 

@@ -102,8 +102,8 @@ def _encode_describe_cluster_response_v0(self: DescribeClusterResponse, out: byt
     write_compact_string(out, self.cluster_id)
     out += _I32.pack(self.controller_id)
     write_uvarint(out, len(self.brokers) + 1)
-    for item in self.brokers:
-        _encode_describe_cluster_broker_v0_1(item, out)
+    for brokers_item in self.brokers:
+        _encode_describe_cluster_broker_v0_1(brokers_item, out)
     out += _I32.pack(self.cluster_authorized_operations)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -121,8 +121,8 @@ def _decode_describe_cluster_response_v0(buf: Buffer, pos: int) -> tuple[Describ
     count, pos = read_compact_array_length(buf, pos, False)
     brokers = []
     for _ in range(count):
-        item, pos = _decode_describe_cluster_broker_v0_1(buf, pos)
-        brokers.append(item)
+        brokers_item, pos = _decode_describe_cluster_broker_v0_1(buf, pos)
+        brokers.append(brokers_item)
     (cluster_authorized_operations,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -136,8 +136,8 @@ def _encode_describe_cluster_response_v1(self: DescribeClusterResponse, out: byt
     write_compact_string(out, self.cluster_id)
     out += _I32.pack(self.controller_id)
     write_uvarint(out, len(self.brokers) + 1)
-    for item in self.brokers:
-        _encode_describe_cluster_broker_v0_1(item, out)
+    for brokers_item in self.brokers:
+        _encode_describe_cluster_broker_v0_1(brokers_item, out)
     out += _I32.pack(self.cluster_authorized_operations)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -157,8 +157,8 @@ def _decode_describe_cluster_response_v1(buf: Buffer, pos: int) -> tuple[Describ
     count, pos = read_compact_array_length(buf, pos, False)
     brokers = []
     for _ in range(count):
-        item, pos = _decode_describe_cluster_broker_v0_1(buf, pos)
-        brokers.append(item)
+        brokers_item, pos = _decode_describe_cluster_broker_v0_1(buf, pos)
+        brokers.append(brokers_item)
     (cluster_authorized_operations,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)

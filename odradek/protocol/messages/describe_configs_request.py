@@ -70,8 +70,8 @@ def _encode_describe_configs_resource_v0_3(self: DescribeConfigsResource, out: b
         out += NULL_INT32
     else:
         out += INT32.pack(len(self.configuration_keys))
-        for item in self.configuration_keys:
-            write_string(out, item)
+        for configuration_keys_item in self.configuration_keys:
+            write_string(out, configuration_keys_item)
 
 
 def _decode_describe_configs_resource_v0_3(buf: Buffer, pos: int) -> tuple[DescribeConfigsResource, int]:
@@ -83,8 +83,8 @@ def _decode_describe_configs_resource_v0_3(buf: Buffer, pos: int) -> tuple[Descr
     if count >= 0:
         configuration_keys = []
         for _ in range(count):
-            item, pos = read_string(buf, pos)
-            configuration_keys.append(item)
+            configuration_keys_item, pos = read_string(buf, pos)
+            configuration_keys.append(configuration_keys_item)
     return DescribeConfigsResource(resource_type=resource_type, resource_name=resource_name, configuration_keys=configuration_keys), pos
 
 
@@ -95,8 +95,8 @@ def _encode_describe_configs_resource_v4(self: DescribeConfigsResource, out: byt
         out.append(0)
     else:
         write_uvarint(out, len(self.configuration_keys) + 1)
-        for item in self.configuration_keys:
-            write_compact_string(out, item)
+        for configuration_keys_item in self.configuration_keys:
+            write_compact_string(out, configuration_keys_item)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -112,16 +112,16 @@ def _decode_describe_configs_resource_v4(buf: Buffer, pos: int) -> tuple[Describ
     if count >= 0:
         configuration_keys = []
         for _ in range(count):
-            item, pos = read_compact_string(buf, pos)
-            configuration_keys.append(item)
+            configuration_keys_item, pos = read_compact_string(buf, pos)
+            configuration_keys.append(configuration_keys_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeConfigsResource(resource_type=resource_type, resource_name=resource_name, configuration_keys=configuration_keys, unknown_tagged_fields=unknown), pos
 
 
 def _encode_describe_configs_request_v0(self: DescribeConfigsRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.resources))
-    for item in self.resources:
-        _encode_describe_configs_resource_v0_3(item, out)
+    for resources_item in self.resources:
+        _encode_describe_configs_resource_v0_3(resources_item, out)
     if self.include_synonyms:
         raise EncodeError("include_synonyms exists only in versions 1+ and is not ignorable")
     if self.include_documentation:
@@ -132,15 +132,15 @@ def _decode_describe_configs_request_v0(buf: Buffer, pos: int) -> tuple[Describe
     count, pos = read_array_length(buf, pos, False)
     resources = []
     for _ in range(count):
-        item, pos = _decode_describe_configs_resource_v0_3(buf, pos)
-        resources.append(item)
+        resources_item, pos = _decode_describe_configs_resource_v0_3(buf, pos)
+        resources.append(resources_item)
     return DescribeConfigsRequest(resources=resources), pos
 
 
 def _encode_describe_configs_request_v1_2(self: DescribeConfigsRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.resources))
-    for item in self.resources:
-        _encode_describe_configs_resource_v0_3(item, out)
+    for resources_item in self.resources:
+        _encode_describe_configs_resource_v0_3(resources_item, out)
     if self.include_documentation:
         raise EncodeError("include_documentation exists only in versions 3+ and is not ignorable")
     out += _BOOL.pack(self.include_synonyms)
@@ -150,8 +150,8 @@ def _decode_describe_configs_request_v1_2(buf: Buffer, pos: int) -> tuple[Descri
     count, pos = read_array_length(buf, pos, False)
     resources = []
     for _ in range(count):
-        item, pos = _decode_describe_configs_resource_v0_3(buf, pos)
-        resources.append(item)
+        resources_item, pos = _decode_describe_configs_resource_v0_3(buf, pos)
+        resources.append(resources_item)
     (include_synonyms,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     return DescribeConfigsRequest(resources=resources, include_synonyms=include_synonyms), pos
@@ -159,8 +159,8 @@ def _decode_describe_configs_request_v1_2(buf: Buffer, pos: int) -> tuple[Descri
 
 def _encode_describe_configs_request_v3(self: DescribeConfigsRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.resources))
-    for item in self.resources:
-        _encode_describe_configs_resource_v0_3(item, out)
+    for resources_item in self.resources:
+        _encode_describe_configs_resource_v0_3(resources_item, out)
     out += _BOOL_BOOL.pack(self.include_synonyms, self.include_documentation)
 
 
@@ -168,8 +168,8 @@ def _decode_describe_configs_request_v3(buf: Buffer, pos: int) -> tuple[Describe
     count, pos = read_array_length(buf, pos, False)
     resources = []
     for _ in range(count):
-        item, pos = _decode_describe_configs_resource_v0_3(buf, pos)
-        resources.append(item)
+        resources_item, pos = _decode_describe_configs_resource_v0_3(buf, pos)
+        resources.append(resources_item)
     (include_synonyms, include_documentation) = _BOOL_BOOL.unpack_from(buf, pos)
     pos += 2
     return DescribeConfigsRequest(resources=resources, include_synonyms=include_synonyms, include_documentation=include_documentation), pos
@@ -177,8 +177,8 @@ def _decode_describe_configs_request_v3(buf: Buffer, pos: int) -> tuple[Describe
 
 def _encode_describe_configs_request_v4(self: DescribeConfigsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.resources) + 1)
-    for item in self.resources:
-        _encode_describe_configs_resource_v4(item, out)
+    for resources_item in self.resources:
+        _encode_describe_configs_resource_v4(resources_item, out)
     out += _BOOL_BOOL.pack(self.include_synonyms, self.include_documentation)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -190,8 +190,8 @@ def _decode_describe_configs_request_v4(buf: Buffer, pos: int) -> tuple[Describe
     count, pos = read_compact_array_length(buf, pos, False)
     resources = []
     for _ in range(count):
-        item, pos = _decode_describe_configs_resource_v4(buf, pos)
-        resources.append(item)
+        resources_item, pos = _decode_describe_configs_resource_v4(buf, pos)
+        resources.append(resources_item)
     (include_synonyms, include_documentation) = _BOOL_BOOL.unpack_from(buf, pos)
     pos += 2
     unknown, pos = read_unknown_tagged_fields(buf, pos)

@@ -164,8 +164,8 @@ def _encode_describe_configs_resource_result_v1_2(self: DescribeConfigsResourceR
         raise EncodeError("is_default exists only in versions 0 and is not ignorable")
     out += _BOOL_I8_BOOL.pack(self.read_only, self.config_source, self.is_sensitive)
     out += INT32.pack(len(self.synonyms))
-    for item in self.synonyms:
-        _encode_describe_configs_synonym_v1_3(item, out)
+    for synonyms_item in self.synonyms:
+        _encode_describe_configs_synonym_v1_3(synonyms_item, out)
 
 
 def _decode_describe_configs_resource_result_v1_2(buf: Buffer, pos: int) -> tuple[DescribeConfigsResourceResult, int]:
@@ -176,8 +176,8 @@ def _decode_describe_configs_resource_result_v1_2(buf: Buffer, pos: int) -> tupl
     count, pos = read_array_length(buf, pos, False)
     synonyms = []
     for _ in range(count):
-        item, pos = _decode_describe_configs_synonym_v1_3(buf, pos)
-        synonyms.append(item)
+        synonyms_item, pos = _decode_describe_configs_synonym_v1_3(buf, pos)
+        synonyms.append(synonyms_item)
     return DescribeConfigsResourceResult(name=name, value=value, read_only=read_only, config_source=config_source, is_sensitive=is_sensitive, synonyms=synonyms), pos
 
 
@@ -188,8 +188,8 @@ def _encode_describe_configs_resource_result_v3(self: DescribeConfigsResourceRes
         raise EncodeError("is_default exists only in versions 0 and is not ignorable")
     out += _BOOL_I8_BOOL.pack(self.read_only, self.config_source, self.is_sensitive)
     out += INT32.pack(len(self.synonyms))
-    for item in self.synonyms:
-        _encode_describe_configs_synonym_v1_3(item, out)
+    for synonyms_item in self.synonyms:
+        _encode_describe_configs_synonym_v1_3(synonyms_item, out)
     out += _I8.pack(self.config_type)
     write_nullable_string(out, self.documentation)
 
@@ -202,8 +202,8 @@ def _decode_describe_configs_resource_result_v3(buf: Buffer, pos: int) -> tuple[
     count, pos = read_array_length(buf, pos, False)
     synonyms = []
     for _ in range(count):
-        item, pos = _decode_describe_configs_synonym_v1_3(buf, pos)
-        synonyms.append(item)
+        synonyms_item, pos = _decode_describe_configs_synonym_v1_3(buf, pos)
+        synonyms.append(synonyms_item)
     (config_type,) = _I8.unpack_from(buf, pos)
     pos += 1
     documentation, pos = read_nullable_string(buf, pos)
@@ -217,8 +217,8 @@ def _encode_describe_configs_resource_result_v4(self: DescribeConfigsResourceRes
         raise EncodeError("is_default exists only in versions 0 and is not ignorable")
     out += _BOOL_I8_BOOL.pack(self.read_only, self.config_source, self.is_sensitive)
     write_uvarint(out, len(self.synonyms) + 1)
-    for item in self.synonyms:
-        _encode_describe_configs_synonym_v4(item, out)
+    for synonyms_item in self.synonyms:
+        _encode_describe_configs_synonym_v4(synonyms_item, out)
     out += _I8.pack(self.config_type)
     write_compact_nullable_string(out, self.documentation)
     if self.unknown_tagged_fields:
@@ -235,8 +235,8 @@ def _decode_describe_configs_resource_result_v4(buf: Buffer, pos: int) -> tuple[
     count, pos = read_compact_array_length(buf, pos, False)
     synonyms = []
     for _ in range(count):
-        item, pos = _decode_describe_configs_synonym_v4(buf, pos)
-        synonyms.append(item)
+        synonyms_item, pos = _decode_describe_configs_synonym_v4(buf, pos)
+        synonyms.append(synonyms_item)
     (config_type,) = _I8.unpack_from(buf, pos)
     pos += 1
     documentation, pos = read_compact_nullable_string(buf, pos)
@@ -250,8 +250,8 @@ def _encode_describe_configs_result_v0(self: DescribeConfigsResult, out: bytearr
     out += _I8.pack(self.resource_type)
     write_string(out, self.resource_name)
     out += INT32.pack(len(self.configs))
-    for item in self.configs:
-        _encode_describe_configs_resource_result_v0(item, out)
+    for configs_item in self.configs:
+        _encode_describe_configs_resource_result_v0(configs_item, out)
 
 
 def _decode_describe_configs_result_v0(buf: Buffer, pos: int) -> tuple[DescribeConfigsResult, int]:
@@ -264,8 +264,8 @@ def _decode_describe_configs_result_v0(buf: Buffer, pos: int) -> tuple[DescribeC
     count, pos = read_array_length(buf, pos, False)
     configs = []
     for _ in range(count):
-        item, pos = _decode_describe_configs_resource_result_v0(buf, pos)
-        configs.append(item)
+        configs_item, pos = _decode_describe_configs_resource_result_v0(buf, pos)
+        configs.append(configs_item)
     return DescribeConfigsResult(error_code=error_code, error_message=error_message, resource_type=resource_type, resource_name=resource_name, configs=configs), pos
 
 
@@ -275,8 +275,8 @@ def _encode_describe_configs_result_v1_2(self: DescribeConfigsResult, out: bytea
     out += _I8.pack(self.resource_type)
     write_string(out, self.resource_name)
     out += INT32.pack(len(self.configs))
-    for item in self.configs:
-        _encode_describe_configs_resource_result_v1_2(item, out)
+    for configs_item in self.configs:
+        _encode_describe_configs_resource_result_v1_2(configs_item, out)
 
 
 def _decode_describe_configs_result_v1_2(buf: Buffer, pos: int) -> tuple[DescribeConfigsResult, int]:
@@ -289,8 +289,8 @@ def _decode_describe_configs_result_v1_2(buf: Buffer, pos: int) -> tuple[Describ
     count, pos = read_array_length(buf, pos, False)
     configs = []
     for _ in range(count):
-        item, pos = _decode_describe_configs_resource_result_v1_2(buf, pos)
-        configs.append(item)
+        configs_item, pos = _decode_describe_configs_resource_result_v1_2(buf, pos)
+        configs.append(configs_item)
     return DescribeConfigsResult(error_code=error_code, error_message=error_message, resource_type=resource_type, resource_name=resource_name, configs=configs), pos
 
 
@@ -300,8 +300,8 @@ def _encode_describe_configs_result_v3(self: DescribeConfigsResult, out: bytearr
     out += _I8.pack(self.resource_type)
     write_string(out, self.resource_name)
     out += INT32.pack(len(self.configs))
-    for item in self.configs:
-        _encode_describe_configs_resource_result_v3(item, out)
+    for configs_item in self.configs:
+        _encode_describe_configs_resource_result_v3(configs_item, out)
 
 
 def _decode_describe_configs_result_v3(buf: Buffer, pos: int) -> tuple[DescribeConfigsResult, int]:
@@ -314,8 +314,8 @@ def _decode_describe_configs_result_v3(buf: Buffer, pos: int) -> tuple[DescribeC
     count, pos = read_array_length(buf, pos, False)
     configs = []
     for _ in range(count):
-        item, pos = _decode_describe_configs_resource_result_v3(buf, pos)
-        configs.append(item)
+        configs_item, pos = _decode_describe_configs_resource_result_v3(buf, pos)
+        configs.append(configs_item)
     return DescribeConfigsResult(error_code=error_code, error_message=error_message, resource_type=resource_type, resource_name=resource_name, configs=configs), pos
 
 
@@ -325,8 +325,8 @@ def _encode_describe_configs_result_v4(self: DescribeConfigsResult, out: bytearr
     out += _I8.pack(self.resource_type)
     write_compact_string(out, self.resource_name)
     write_uvarint(out, len(self.configs) + 1)
-    for item in self.configs:
-        _encode_describe_configs_resource_result_v4(item, out)
+    for configs_item in self.configs:
+        _encode_describe_configs_resource_result_v4(configs_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -343,8 +343,8 @@ def _decode_describe_configs_result_v4(buf: Buffer, pos: int) -> tuple[DescribeC
     count, pos = read_compact_array_length(buf, pos, False)
     configs = []
     for _ in range(count):
-        item, pos = _decode_describe_configs_resource_result_v4(buf, pos)
-        configs.append(item)
+        configs_item, pos = _decode_describe_configs_resource_result_v4(buf, pos)
+        configs.append(configs_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeConfigsResult(error_code=error_code, error_message=error_message, resource_type=resource_type, resource_name=resource_name, configs=configs, unknown_tagged_fields=unknown), pos
 
@@ -352,8 +352,8 @@ def _decode_describe_configs_result_v4(buf: Buffer, pos: int) -> tuple[DescribeC
 def _encode_describe_configs_response_v0(self: DescribeConfigsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.results))
-    for item in self.results:
-        _encode_describe_configs_result_v0(item, out)
+    for results_item in self.results:
+        _encode_describe_configs_result_v0(results_item, out)
 
 
 def _decode_describe_configs_response_v0(buf: Buffer, pos: int) -> tuple[DescribeConfigsResponse, int]:
@@ -362,16 +362,16 @@ def _decode_describe_configs_response_v0(buf: Buffer, pos: int) -> tuple[Describ
     count, pos = read_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_describe_configs_result_v0(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_describe_configs_result_v0(buf, pos)
+        results.append(results_item)
     return DescribeConfigsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
 
 
 def _encode_describe_configs_response_v1_2(self: DescribeConfigsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.results))
-    for item in self.results:
-        _encode_describe_configs_result_v1_2(item, out)
+    for results_item in self.results:
+        _encode_describe_configs_result_v1_2(results_item, out)
 
 
 def _decode_describe_configs_response_v1_2(buf: Buffer, pos: int) -> tuple[DescribeConfigsResponse, int]:
@@ -380,16 +380,16 @@ def _decode_describe_configs_response_v1_2(buf: Buffer, pos: int) -> tuple[Descr
     count, pos = read_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_describe_configs_result_v1_2(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_describe_configs_result_v1_2(buf, pos)
+        results.append(results_item)
     return DescribeConfigsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
 
 
 def _encode_describe_configs_response_v3(self: DescribeConfigsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.results))
-    for item in self.results:
-        _encode_describe_configs_result_v3(item, out)
+    for results_item in self.results:
+        _encode_describe_configs_result_v3(results_item, out)
 
 
 def _decode_describe_configs_response_v3(buf: Buffer, pos: int) -> tuple[DescribeConfigsResponse, int]:
@@ -398,16 +398,16 @@ def _decode_describe_configs_response_v3(buf: Buffer, pos: int) -> tuple[Describ
     count, pos = read_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_describe_configs_result_v3(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_describe_configs_result_v3(buf, pos)
+        results.append(results_item)
     return DescribeConfigsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
 
 
 def _encode_describe_configs_response_v4(self: DescribeConfigsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.results) + 1)
-    for item in self.results:
-        _encode_describe_configs_result_v4(item, out)
+    for results_item in self.results:
+        _encode_describe_configs_result_v4(results_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -420,8 +420,8 @@ def _decode_describe_configs_response_v4(buf: Buffer, pos: int) -> tuple[Describ
     count, pos = read_compact_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_describe_configs_result_v4(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_describe_configs_result_v4(buf, pos)
+        results.append(results_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeConfigsResponse(throttle_time_ms=throttle_time_ms, results=results, unknown_tagged_fields=unknown), pos
 

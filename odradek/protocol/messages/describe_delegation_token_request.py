@@ -83,8 +83,8 @@ def _encode_describe_delegation_token_request_v0_1(self: DescribeDelegationToken
         out += NULL_INT32
     else:
         out += INT32.pack(len(self.owners))
-        for item in self.owners:
-            _encode_describe_delegation_token_owner_v0_1(item, out)
+        for owners_item in self.owners:
+            _encode_describe_delegation_token_owner_v0_1(owners_item, out)
 
 
 def _decode_describe_delegation_token_request_v0_1(buf: Buffer, pos: int) -> tuple[DescribeDelegationTokenRequest, int]:
@@ -93,8 +93,8 @@ def _decode_describe_delegation_token_request_v0_1(buf: Buffer, pos: int) -> tup
     if count >= 0:
         owners = []
         for _ in range(count):
-            item, pos = _decode_describe_delegation_token_owner_v0_1(buf, pos)
-            owners.append(item)
+            owners_item, pos = _decode_describe_delegation_token_owner_v0_1(buf, pos)
+            owners.append(owners_item)
     return DescribeDelegationTokenRequest(owners=owners), pos
 
 
@@ -103,8 +103,8 @@ def _encode_describe_delegation_token_request_v2_3(self: DescribeDelegationToken
         out.append(0)
     else:
         write_uvarint(out, len(self.owners) + 1)
-        for item in self.owners:
-            _encode_describe_delegation_token_owner_v2_3(item, out)
+        for owners_item in self.owners:
+            _encode_describe_delegation_token_owner_v2_3(owners_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -117,8 +117,8 @@ def _decode_describe_delegation_token_request_v2_3(buf: Buffer, pos: int) -> tup
     if count >= 0:
         owners = []
         for _ in range(count):
-            item, pos = _decode_describe_delegation_token_owner_v2_3(buf, pos)
-            owners.append(item)
+            owners_item, pos = _decode_describe_delegation_token_owner_v2_3(buf, pos)
+            owners.append(owners_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeDelegationTokenRequest(owners=owners, unknown_tagged_fields=unknown), pos
 

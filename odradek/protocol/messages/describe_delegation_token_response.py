@@ -130,8 +130,8 @@ def _encode_described_delegation_token_v0_1(self: DescribedDelegationToken, out:
     write_string(out, self.token_id)
     write_bytes(out, self.hmac)
     out += INT32.pack(len(self.renewers))
-    for item in self.renewers:
-        _encode_described_delegation_token_renewer_v0_1(item, out)
+    for renewers_item in self.renewers:
+        _encode_described_delegation_token_renewer_v0_1(renewers_item, out)
 
 
 def _decode_described_delegation_token_v0_1(buf: Buffer, pos: int) -> tuple[DescribedDelegationToken, int]:
@@ -144,8 +144,8 @@ def _decode_described_delegation_token_v0_1(buf: Buffer, pos: int) -> tuple[Desc
     count, pos = read_array_length(buf, pos, False)
     renewers = []
     for _ in range(count):
-        item, pos = _decode_described_delegation_token_renewer_v0_1(buf, pos)
-        renewers.append(item)
+        renewers_item, pos = _decode_described_delegation_token_renewer_v0_1(buf, pos)
+        renewers.append(renewers_item)
     return DescribedDelegationToken(principal_type=principal_type, principal_name=principal_name, issue_timestamp=issue_timestamp, expiry_timestamp=expiry_timestamp, max_timestamp=max_timestamp, token_id=token_id, hmac=hmac, renewers=renewers), pos
 
 
@@ -160,8 +160,8 @@ def _encode_described_delegation_token_v2(self: DescribedDelegationToken, out: b
     write_compact_string(out, self.token_id)
     write_compact_bytes(out, self.hmac)
     write_uvarint(out, len(self.renewers) + 1)
-    for item in self.renewers:
-        _encode_described_delegation_token_renewer_v2_3(item, out)
+    for renewers_item in self.renewers:
+        _encode_described_delegation_token_renewer_v2_3(renewers_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -178,8 +178,8 @@ def _decode_described_delegation_token_v2(buf: Buffer, pos: int) -> tuple[Descri
     count, pos = read_compact_array_length(buf, pos, False)
     renewers = []
     for _ in range(count):
-        item, pos = _decode_described_delegation_token_renewer_v2_3(buf, pos)
-        renewers.append(item)
+        renewers_item, pos = _decode_described_delegation_token_renewer_v2_3(buf, pos)
+        renewers.append(renewers_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribedDelegationToken(principal_type=principal_type, principal_name=principal_name, issue_timestamp=issue_timestamp, expiry_timestamp=expiry_timestamp, max_timestamp=max_timestamp, token_id=token_id, hmac=hmac, renewers=renewers, unknown_tagged_fields=unknown), pos
 
@@ -193,8 +193,8 @@ def _encode_described_delegation_token_v3(self: DescribedDelegationToken, out: b
     write_compact_string(out, self.token_id)
     write_compact_bytes(out, self.hmac)
     write_uvarint(out, len(self.renewers) + 1)
-    for item in self.renewers:
-        _encode_described_delegation_token_renewer_v2_3(item, out)
+    for renewers_item in self.renewers:
+        _encode_described_delegation_token_renewer_v2_3(renewers_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -213,8 +213,8 @@ def _decode_described_delegation_token_v3(buf: Buffer, pos: int) -> tuple[Descri
     count, pos = read_compact_array_length(buf, pos, False)
     renewers = []
     for _ in range(count):
-        item, pos = _decode_described_delegation_token_renewer_v2_3(buf, pos)
-        renewers.append(item)
+        renewers_item, pos = _decode_described_delegation_token_renewer_v2_3(buf, pos)
+        renewers.append(renewers_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribedDelegationToken(principal_type=principal_type, principal_name=principal_name, token_requester_principal_type=token_requester_principal_type, token_requester_principal_name=token_requester_principal_name, issue_timestamp=issue_timestamp, expiry_timestamp=expiry_timestamp, max_timestamp=max_timestamp, token_id=token_id, hmac=hmac, renewers=renewers, unknown_tagged_fields=unknown), pos
 
@@ -222,8 +222,8 @@ def _decode_described_delegation_token_v3(buf: Buffer, pos: int) -> tuple[Descri
 def _encode_describe_delegation_token_response_v0_1(self: DescribeDelegationTokenResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     out += INT32.pack(len(self.tokens))
-    for item in self.tokens:
-        _encode_described_delegation_token_v0_1(item, out)
+    for tokens_item in self.tokens:
+        _encode_described_delegation_token_v0_1(tokens_item, out)
     out += _I32.pack(self.throttle_time_ms)
 
 
@@ -233,8 +233,8 @@ def _decode_describe_delegation_token_response_v0_1(buf: Buffer, pos: int) -> tu
     count, pos = read_array_length(buf, pos, False)
     tokens = []
     for _ in range(count):
-        item, pos = _decode_described_delegation_token_v0_1(buf, pos)
-        tokens.append(item)
+        tokens_item, pos = _decode_described_delegation_token_v0_1(buf, pos)
+        tokens.append(tokens_item)
     (throttle_time_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     return DescribeDelegationTokenResponse(error_code=error_code, tokens=tokens, throttle_time_ms=throttle_time_ms), pos
@@ -243,8 +243,8 @@ def _decode_describe_delegation_token_response_v0_1(buf: Buffer, pos: int) -> tu
 def _encode_describe_delegation_token_response_v2(self: DescribeDelegationTokenResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     write_uvarint(out, len(self.tokens) + 1)
-    for item in self.tokens:
-        _encode_described_delegation_token_v2(item, out)
+    for tokens_item in self.tokens:
+        _encode_described_delegation_token_v2(tokens_item, out)
     out += _I32.pack(self.throttle_time_ms)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -258,8 +258,8 @@ def _decode_describe_delegation_token_response_v2(buf: Buffer, pos: int) -> tupl
     count, pos = read_compact_array_length(buf, pos, False)
     tokens = []
     for _ in range(count):
-        item, pos = _decode_described_delegation_token_v2(buf, pos)
-        tokens.append(item)
+        tokens_item, pos = _decode_described_delegation_token_v2(buf, pos)
+        tokens.append(tokens_item)
     (throttle_time_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -269,8 +269,8 @@ def _decode_describe_delegation_token_response_v2(buf: Buffer, pos: int) -> tupl
 def _encode_describe_delegation_token_response_v3(self: DescribeDelegationTokenResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     write_uvarint(out, len(self.tokens) + 1)
-    for item in self.tokens:
-        _encode_described_delegation_token_v3(item, out)
+    for tokens_item in self.tokens:
+        _encode_described_delegation_token_v3(tokens_item, out)
     out += _I32.pack(self.throttle_time_ms)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -284,8 +284,8 @@ def _decode_describe_delegation_token_response_v3(buf: Buffer, pos: int) -> tupl
     count, pos = read_compact_array_length(buf, pos, False)
     tokens = []
     for _ in range(count):
-        item, pos = _decode_described_delegation_token_v3(buf, pos)
-        tokens.append(item)
+        tokens_item, pos = _decode_described_delegation_token_v3(buf, pos)
+        tokens.append(tokens_item)
     (throttle_time_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)

@@ -46,8 +46,8 @@ class DescribeGroupsRequest(Message):
 
 def _encode_describe_groups_request_v0_2(self: DescribeGroupsRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.groups))
-    for item in self.groups:
-        write_string(out, item)
+    for groups_item in self.groups:
+        write_string(out, groups_item)
     if self.include_authorized_operations:
         raise EncodeError("include_authorized_operations exists only in versions 3+ and is not ignorable")
 
@@ -56,15 +56,15 @@ def _decode_describe_groups_request_v0_2(buf: Buffer, pos: int) -> tuple[Describ
     count, pos = read_array_length(buf, pos, False)
     groups = []
     for _ in range(count):
-        item, pos = read_string(buf, pos)
-        groups.append(item)
+        groups_item, pos = read_string(buf, pos)
+        groups.append(groups_item)
     return DescribeGroupsRequest(groups=groups), pos
 
 
 def _encode_describe_groups_request_v3_4(self: DescribeGroupsRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.groups))
-    for item in self.groups:
-        write_string(out, item)
+    for groups_item in self.groups:
+        write_string(out, groups_item)
     out += _BOOL.pack(self.include_authorized_operations)
 
 
@@ -72,8 +72,8 @@ def _decode_describe_groups_request_v3_4(buf: Buffer, pos: int) -> tuple[Describ
     count, pos = read_array_length(buf, pos, False)
     groups = []
     for _ in range(count):
-        item, pos = read_string(buf, pos)
-        groups.append(item)
+        groups_item, pos = read_string(buf, pos)
+        groups.append(groups_item)
     (include_authorized_operations,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     return DescribeGroupsRequest(groups=groups, include_authorized_operations=include_authorized_operations), pos
@@ -81,8 +81,8 @@ def _decode_describe_groups_request_v3_4(buf: Buffer, pos: int) -> tuple[Describ
 
 def _encode_describe_groups_request_v5(self: DescribeGroupsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.groups) + 1)
-    for item in self.groups:
-        write_compact_string(out, item)
+    for groups_item in self.groups:
+        write_compact_string(out, groups_item)
     out += _BOOL.pack(self.include_authorized_operations)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -94,8 +94,8 @@ def _decode_describe_groups_request_v5(buf: Buffer, pos: int) -> tuple[DescribeG
     count, pos = read_compact_array_length(buf, pos, False)
     groups = []
     for _ in range(count):
-        item, pos = read_compact_string(buf, pos)
-        groups.append(item)
+        groups_item, pos = read_compact_string(buf, pos)
+        groups.append(groups_item)
     (include_authorized_operations,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     unknown, pos = read_unknown_tagged_fields(buf, pos)

@@ -162,8 +162,8 @@ def _encode_described_group_v0_2(self: DescribedGroup, out: bytearray) -> None:
     write_string(out, self.protocol_type)
     write_string(out, self.protocol_data)
     out += INT32.pack(len(self.members))
-    for item in self.members:
-        _encode_described_group_member_v0_3(item, out)
+    for members_item in self.members:
+        _encode_described_group_member_v0_3(members_item, out)
     if self.authorized_operations != -2147483648:
         raise EncodeError("authorized_operations exists only in versions 3+ and is not ignorable")
 
@@ -178,8 +178,8 @@ def _decode_described_group_v0_2(buf: Buffer, pos: int) -> tuple[DescribedGroup,
     count, pos = read_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_described_group_member_v0_3(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_described_group_member_v0_3(buf, pos)
+        members.append(members_item)
     return DescribedGroup(error_code=error_code, group_id=group_id, group_state=group_state, protocol_type=protocol_type, protocol_data=protocol_data, members=members), pos
 
 
@@ -190,8 +190,8 @@ def _encode_described_group_v3(self: DescribedGroup, out: bytearray) -> None:
     write_string(out, self.protocol_type)
     write_string(out, self.protocol_data)
     out += INT32.pack(len(self.members))
-    for item in self.members:
-        _encode_described_group_member_v0_3(item, out)
+    for members_item in self.members:
+        _encode_described_group_member_v0_3(members_item, out)
     out += _I32.pack(self.authorized_operations)
 
 
@@ -205,8 +205,8 @@ def _decode_described_group_v3(buf: Buffer, pos: int) -> tuple[DescribedGroup, i
     count, pos = read_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_described_group_member_v0_3(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_described_group_member_v0_3(buf, pos)
+        members.append(members_item)
     (authorized_operations,) = _I32.unpack_from(buf, pos)
     pos += 4
     return DescribedGroup(error_code=error_code, group_id=group_id, group_state=group_state, protocol_type=protocol_type, protocol_data=protocol_data, members=members, authorized_operations=authorized_operations), pos
@@ -219,8 +219,8 @@ def _encode_described_group_v4(self: DescribedGroup, out: bytearray) -> None:
     write_string(out, self.protocol_type)
     write_string(out, self.protocol_data)
     out += INT32.pack(len(self.members))
-    for item in self.members:
-        _encode_described_group_member_v4(item, out)
+    for members_item in self.members:
+        _encode_described_group_member_v4(members_item, out)
     out += _I32.pack(self.authorized_operations)
 
 
@@ -234,8 +234,8 @@ def _decode_described_group_v4(buf: Buffer, pos: int) -> tuple[DescribedGroup, i
     count, pos = read_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_described_group_member_v4(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_described_group_member_v4(buf, pos)
+        members.append(members_item)
     (authorized_operations,) = _I32.unpack_from(buf, pos)
     pos += 4
     return DescribedGroup(error_code=error_code, group_id=group_id, group_state=group_state, protocol_type=protocol_type, protocol_data=protocol_data, members=members, authorized_operations=authorized_operations), pos
@@ -248,8 +248,8 @@ def _encode_described_group_v5(self: DescribedGroup, out: bytearray) -> None:
     write_compact_string(out, self.protocol_type)
     write_compact_string(out, self.protocol_data)
     write_uvarint(out, len(self.members) + 1)
-    for item in self.members:
-        _encode_described_group_member_v5(item, out)
+    for members_item in self.members:
+        _encode_described_group_member_v5(members_item, out)
     out += _I32.pack(self.authorized_operations)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -267,8 +267,8 @@ def _decode_described_group_v5(buf: Buffer, pos: int) -> tuple[DescribedGroup, i
     count, pos = read_compact_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_described_group_member_v5(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_described_group_member_v5(buf, pos)
+        members.append(members_item)
     (authorized_operations,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -277,24 +277,24 @@ def _decode_described_group_v5(buf: Buffer, pos: int) -> tuple[DescribedGroup, i
 
 def _encode_describe_groups_response_v0(self: DescribeGroupsResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.groups))
-    for item in self.groups:
-        _encode_described_group_v0_2(item, out)
+    for groups_item in self.groups:
+        _encode_described_group_v0_2(groups_item, out)
 
 
 def _decode_describe_groups_response_v0(buf: Buffer, pos: int) -> tuple[DescribeGroupsResponse, int]:
     count, pos = read_array_length(buf, pos, False)
     groups = []
     for _ in range(count):
-        item, pos = _decode_described_group_v0_2(buf, pos)
-        groups.append(item)
+        groups_item, pos = _decode_described_group_v0_2(buf, pos)
+        groups.append(groups_item)
     return DescribeGroupsResponse(groups=groups), pos
 
 
 def _encode_describe_groups_response_v1_2(self: DescribeGroupsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.groups))
-    for item in self.groups:
-        _encode_described_group_v0_2(item, out)
+    for groups_item in self.groups:
+        _encode_described_group_v0_2(groups_item, out)
 
 
 def _decode_describe_groups_response_v1_2(buf: Buffer, pos: int) -> tuple[DescribeGroupsResponse, int]:
@@ -303,16 +303,16 @@ def _decode_describe_groups_response_v1_2(buf: Buffer, pos: int) -> tuple[Descri
     count, pos = read_array_length(buf, pos, False)
     groups = []
     for _ in range(count):
-        item, pos = _decode_described_group_v0_2(buf, pos)
-        groups.append(item)
+        groups_item, pos = _decode_described_group_v0_2(buf, pos)
+        groups.append(groups_item)
     return DescribeGroupsResponse(throttle_time_ms=throttle_time_ms, groups=groups), pos
 
 
 def _encode_describe_groups_response_v3(self: DescribeGroupsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.groups))
-    for item in self.groups:
-        _encode_described_group_v3(item, out)
+    for groups_item in self.groups:
+        _encode_described_group_v3(groups_item, out)
 
 
 def _decode_describe_groups_response_v3(buf: Buffer, pos: int) -> tuple[DescribeGroupsResponse, int]:
@@ -321,16 +321,16 @@ def _decode_describe_groups_response_v3(buf: Buffer, pos: int) -> tuple[Describe
     count, pos = read_array_length(buf, pos, False)
     groups = []
     for _ in range(count):
-        item, pos = _decode_described_group_v3(buf, pos)
-        groups.append(item)
+        groups_item, pos = _decode_described_group_v3(buf, pos)
+        groups.append(groups_item)
     return DescribeGroupsResponse(throttle_time_ms=throttle_time_ms, groups=groups), pos
 
 
 def _encode_describe_groups_response_v4(self: DescribeGroupsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.groups))
-    for item in self.groups:
-        _encode_described_group_v4(item, out)
+    for groups_item in self.groups:
+        _encode_described_group_v4(groups_item, out)
 
 
 def _decode_describe_groups_response_v4(buf: Buffer, pos: int) -> tuple[DescribeGroupsResponse, int]:
@@ -339,16 +339,16 @@ def _decode_describe_groups_response_v4(buf: Buffer, pos: int) -> tuple[Describe
     count, pos = read_array_length(buf, pos, False)
     groups = []
     for _ in range(count):
-        item, pos = _decode_described_group_v4(buf, pos)
-        groups.append(item)
+        groups_item, pos = _decode_described_group_v4(buf, pos)
+        groups.append(groups_item)
     return DescribeGroupsResponse(throttle_time_ms=throttle_time_ms, groups=groups), pos
 
 
 def _encode_describe_groups_response_v5(self: DescribeGroupsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.groups) + 1)
-    for item in self.groups:
-        _encode_described_group_v5(item, out)
+    for groups_item in self.groups:
+        _encode_described_group_v5(groups_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -361,8 +361,8 @@ def _decode_describe_groups_response_v5(buf: Buffer, pos: int) -> tuple[Describe
     count, pos = read_compact_array_length(buf, pos, False)
     groups = []
     for _ in range(count):
-        item, pos = _decode_described_group_v5(buf, pos)
-        groups.append(item)
+        groups_item, pos = _decode_described_group_v5(buf, pos)
+        groups.append(groups_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeGroupsResponse(throttle_time_ms=throttle_time_ms, groups=groups, unknown_tagged_fields=unknown), pos
 

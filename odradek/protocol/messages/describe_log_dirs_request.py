@@ -90,8 +90,8 @@ def _encode_describe_log_dirs_request_v0_1(self: DescribeLogDirsRequest, out: by
         out += NULL_INT32
     else:
         out += INT32.pack(len(self.topics))
-        for item in self.topics:
-            _encode_describable_log_dir_topic_v0_1(item, out)
+        for topics_item in self.topics:
+            _encode_describable_log_dir_topic_v0_1(topics_item, out)
 
 
 def _decode_describe_log_dirs_request_v0_1(buf: Buffer, pos: int) -> tuple[DescribeLogDirsRequest, int]:
@@ -100,8 +100,8 @@ def _decode_describe_log_dirs_request_v0_1(buf: Buffer, pos: int) -> tuple[Descr
     if count >= 0:
         topics = []
         for _ in range(count):
-            item, pos = _decode_describable_log_dir_topic_v0_1(buf, pos)
-            topics.append(item)
+            topics_item, pos = _decode_describable_log_dir_topic_v0_1(buf, pos)
+            topics.append(topics_item)
     return DescribeLogDirsRequest(topics=topics), pos
 
 
@@ -110,8 +110,8 @@ def _encode_describe_log_dirs_request_v2_4(self: DescribeLogDirsRequest, out: by
         out.append(0)
     else:
         write_uvarint(out, len(self.topics) + 1)
-        for item in self.topics:
-            _encode_describable_log_dir_topic_v2_4(item, out)
+        for topics_item in self.topics:
+            _encode_describable_log_dir_topic_v2_4(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -124,8 +124,8 @@ def _decode_describe_log_dirs_request_v2_4(buf: Buffer, pos: int) -> tuple[Descr
     if count >= 0:
         topics = []
         for _ in range(count):
-            item, pos = _decode_describable_log_dir_topic_v2_4(buf, pos)
-            topics.append(item)
+            topics_item, pos = _decode_describable_log_dir_topic_v2_4(buf, pos)
+            topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeLogDirsRequest(topics=topics, unknown_tagged_fields=unknown), pos
 

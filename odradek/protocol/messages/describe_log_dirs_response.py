@@ -123,8 +123,8 @@ def _decode_describe_log_dirs_partition_v2_4(buf: Buffer, pos: int) -> tuple[Des
 def _encode_describe_log_dirs_topic_v0_1(self: DescribeLogDirsTopic, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_describe_log_dirs_partition_v0_1(item, out)
+    for partitions_item in self.partitions:
+        _encode_describe_log_dirs_partition_v0_1(partitions_item, out)
 
 
 def _decode_describe_log_dirs_topic_v0_1(buf: Buffer, pos: int) -> tuple[DescribeLogDirsTopic, int]:
@@ -132,16 +132,16 @@ def _decode_describe_log_dirs_topic_v0_1(buf: Buffer, pos: int) -> tuple[Describ
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_describe_log_dirs_partition_v0_1(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_describe_log_dirs_partition_v0_1(buf, pos)
+        partitions.append(partitions_item)
     return DescribeLogDirsTopic(name=name, partitions=partitions), pos
 
 
 def _encode_describe_log_dirs_topic_v2_4(self: DescribeLogDirsTopic, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_describe_log_dirs_partition_v2_4(item, out)
+    for partitions_item in self.partitions:
+        _encode_describe_log_dirs_partition_v2_4(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -153,8 +153,8 @@ def _decode_describe_log_dirs_topic_v2_4(buf: Buffer, pos: int) -> tuple[Describ
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_describe_log_dirs_partition_v2_4(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_describe_log_dirs_partition_v2_4(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeLogDirsTopic(name=name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -163,8 +163,8 @@ def _encode_describe_log_dirs_result_v0_1(self: DescribeLogDirsResult, out: byte
     out += _I16.pack(self.error_code)
     write_string(out, self.log_dir)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_describe_log_dirs_topic_v0_1(item, out)
+    for topics_item in self.topics:
+        _encode_describe_log_dirs_topic_v0_1(topics_item, out)
 
 
 def _decode_describe_log_dirs_result_v0_1(buf: Buffer, pos: int) -> tuple[DescribeLogDirsResult, int]:
@@ -174,8 +174,8 @@ def _decode_describe_log_dirs_result_v0_1(buf: Buffer, pos: int) -> tuple[Descri
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_describe_log_dirs_topic_v0_1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_describe_log_dirs_topic_v0_1(buf, pos)
+        topics.append(topics_item)
     return DescribeLogDirsResult(error_code=error_code, log_dir=log_dir, topics=topics), pos
 
 
@@ -183,8 +183,8 @@ def _encode_describe_log_dirs_result_v2_3(self: DescribeLogDirsResult, out: byte
     out += _I16.pack(self.error_code)
     write_compact_string(out, self.log_dir)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_describe_log_dirs_topic_v2_4(item, out)
+    for topics_item in self.topics:
+        _encode_describe_log_dirs_topic_v2_4(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -198,8 +198,8 @@ def _decode_describe_log_dirs_result_v2_3(buf: Buffer, pos: int) -> tuple[Descri
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_describe_log_dirs_topic_v2_4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_describe_log_dirs_topic_v2_4(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeLogDirsResult(error_code=error_code, log_dir=log_dir, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -208,8 +208,8 @@ def _encode_describe_log_dirs_result_v4(self: DescribeLogDirsResult, out: bytear
     out += _I16.pack(self.error_code)
     write_compact_string(out, self.log_dir)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_describe_log_dirs_topic_v2_4(item, out)
+    for topics_item in self.topics:
+        _encode_describe_log_dirs_topic_v2_4(topics_item, out)
     out += _I64_I64.pack(self.total_bytes, self.usable_bytes)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -224,8 +224,8 @@ def _decode_describe_log_dirs_result_v4(buf: Buffer, pos: int) -> tuple[Describe
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_describe_log_dirs_topic_v2_4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_describe_log_dirs_topic_v2_4(buf, pos)
+        topics.append(topics_item)
     (total_bytes, usable_bytes) = _I64_I64.unpack_from(buf, pos)
     pos += 16
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -235,8 +235,8 @@ def _decode_describe_log_dirs_result_v4(buf: Buffer, pos: int) -> tuple[Describe
 def _encode_describe_log_dirs_response_v0_1(self: DescribeLogDirsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.results))
-    for item in self.results:
-        _encode_describe_log_dirs_result_v0_1(item, out)
+    for results_item in self.results:
+        _encode_describe_log_dirs_result_v0_1(results_item, out)
 
 
 def _decode_describe_log_dirs_response_v0_1(buf: Buffer, pos: int) -> tuple[DescribeLogDirsResponse, int]:
@@ -245,16 +245,16 @@ def _decode_describe_log_dirs_response_v0_1(buf: Buffer, pos: int) -> tuple[Desc
     count, pos = read_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_describe_log_dirs_result_v0_1(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_describe_log_dirs_result_v0_1(buf, pos)
+        results.append(results_item)
     return DescribeLogDirsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
 
 
 def _encode_describe_log_dirs_response_v2(self: DescribeLogDirsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.results) + 1)
-    for item in self.results:
-        _encode_describe_log_dirs_result_v2_3(item, out)
+    for results_item in self.results:
+        _encode_describe_log_dirs_result_v2_3(results_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -267,8 +267,8 @@ def _decode_describe_log_dirs_response_v2(buf: Buffer, pos: int) -> tuple[Descri
     count, pos = read_compact_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_describe_log_dirs_result_v2_3(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_describe_log_dirs_result_v2_3(buf, pos)
+        results.append(results_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeLogDirsResponse(throttle_time_ms=throttle_time_ms, results=results, unknown_tagged_fields=unknown), pos
 
@@ -276,8 +276,8 @@ def _decode_describe_log_dirs_response_v2(buf: Buffer, pos: int) -> tuple[Descri
 def _encode_describe_log_dirs_response_v3(self: DescribeLogDirsResponse, out: bytearray) -> None:
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_uvarint(out, len(self.results) + 1)
-    for item in self.results:
-        _encode_describe_log_dirs_result_v2_3(item, out)
+    for results_item in self.results:
+        _encode_describe_log_dirs_result_v2_3(results_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -290,8 +290,8 @@ def _decode_describe_log_dirs_response_v3(buf: Buffer, pos: int) -> tuple[Descri
     count, pos = read_compact_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_describe_log_dirs_result_v2_3(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_describe_log_dirs_result_v2_3(buf, pos)
+        results.append(results_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeLogDirsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, results=results, unknown_tagged_fields=unknown), pos
 
@@ -299,8 +299,8 @@ def _decode_describe_log_dirs_response_v3(buf: Buffer, pos: int) -> tuple[Descri
 def _encode_describe_log_dirs_response_v4(self: DescribeLogDirsResponse, out: bytearray) -> None:
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_uvarint(out, len(self.results) + 1)
-    for item in self.results:
-        _encode_describe_log_dirs_result_v4(item, out)
+    for results_item in self.results:
+        _encode_describe_log_dirs_result_v4(results_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -313,8 +313,8 @@ def _decode_describe_log_dirs_response_v4(buf: Buffer, pos: int) -> tuple[Descri
     count, pos = read_compact_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_describe_log_dirs_result_v4(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_describe_log_dirs_result_v4(buf, pos)
+        results.append(results_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeLogDirsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, results=results, unknown_tagged_fields=unknown), pos
 

@@ -68,8 +68,8 @@ def _decode_topic_request_v0(buf: Buffer, pos: int) -> tuple[TopicRequest, int]:
 
 def _encode_describe_producers_request_v0(self: DescribeProducersRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_request_v0(item, out)
+    for topics_item in self.topics:
+        _encode_topic_request_v0(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -80,8 +80,8 @@ def _decode_describe_producers_request_v0(buf: Buffer, pos: int) -> tuple[Descri
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_request_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_request_v0(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeProducersRequest(topics=topics, unknown_tagged_fields=unknown), pos
 

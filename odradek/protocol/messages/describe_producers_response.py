@@ -110,8 +110,8 @@ def _encode_partition_response_v0(self: PartitionResponse, out: bytearray) -> No
     out += _I32_I16.pack(self.partition_index, self.error_code)
     write_compact_nullable_string(out, self.error_message)
     write_uvarint(out, len(self.active_producers) + 1)
-    for item in self.active_producers:
-        _encode_producer_state_v0(item, out)
+    for active_producers_item in self.active_producers:
+        _encode_producer_state_v0(active_producers_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -125,8 +125,8 @@ def _decode_partition_response_v0(buf: Buffer, pos: int) -> tuple[PartitionRespo
     count, pos = read_compact_array_length(buf, pos, False)
     active_producers = []
     for _ in range(count):
-        item, pos = _decode_producer_state_v0(buf, pos)
-        active_producers.append(item)
+        active_producers_item, pos = _decode_producer_state_v0(buf, pos)
+        active_producers.append(active_producers_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return PartitionResponse(partition_index=partition_index, error_code=error_code, error_message=error_message, active_producers=active_producers, unknown_tagged_fields=unknown), pos
 
@@ -134,8 +134,8 @@ def _decode_partition_response_v0(buf: Buffer, pos: int) -> tuple[PartitionRespo
 def _encode_topic_response_v0(self: TopicResponse, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_response_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_response_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -147,8 +147,8 @@ def _decode_topic_response_v0(buf: Buffer, pos: int) -> tuple[TopicResponse, int
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_response_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_response_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicResponse(name=name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -156,8 +156,8 @@ def _decode_topic_response_v0(buf: Buffer, pos: int) -> tuple[TopicResponse, int
 def _encode_describe_producers_response_v0(self: DescribeProducersResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_response_v0(item, out)
+    for topics_item in self.topics:
+        _encode_topic_response_v0(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -170,8 +170,8 @@ def _decode_describe_producers_response_v0(buf: Buffer, pos: int) -> tuple[Descr
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_response_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_response_v0(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeProducersResponse(throttle_time_ms=throttle_time_ms, topics=topics, unknown_tagged_fields=unknown), pos
 

@@ -77,8 +77,8 @@ def _decode_partition_data_v0_2(buf: Buffer, pos: int) -> tuple[PartitionData, i
 def _encode_topic_data_v0_2(self: TopicData, out: bytearray) -> None:
     write_compact_string(out, self.topic_name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v0_2(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v0_2(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -90,16 +90,16 @@ def _decode_topic_data_v0_2(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v0_2(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v0_2(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicData(topic_name=topic_name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
 
 def _encode_describe_quorum_request_v0_2(self: DescribeQuorumRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v0_2(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v0_2(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -110,8 +110,8 @@ def _decode_describe_quorum_request_v0_2(buf: Buffer, pos: int) -> tuple[Describ
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v0_2(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v0_2(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeQuorumRequest(topics=topics, unknown_tagged_fields=unknown), pos
 

@@ -194,11 +194,11 @@ def _decode_replica_state_v2(buf: Buffer, pos: int) -> tuple[ReplicaState, int]:
 def _encode_partition_data_v0(self: PartitionData, out: bytearray) -> None:
     out += _I32_I16_I32_I32_I64.pack(self.partition_index, self.error_code, self.leader_id, self.leader_epoch, self.high_watermark)
     write_uvarint(out, len(self.current_voters) + 1)
-    for item in self.current_voters:
-        _encode_replica_state_v0(item, out)
+    for current_voters_item in self.current_voters:
+        _encode_replica_state_v0(current_voters_item, out)
     write_uvarint(out, len(self.observers) + 1)
-    for item in self.observers:
-        _encode_replica_state_v0(item, out)
+    for observers_item in self.observers:
+        _encode_replica_state_v0(observers_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -211,13 +211,13 @@ def _decode_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int
     count, pos = read_compact_array_length(buf, pos, False)
     current_voters = []
     for _ in range(count):
-        item, pos = _decode_replica_state_v0(buf, pos)
-        current_voters.append(item)
+        current_voters_item, pos = _decode_replica_state_v0(buf, pos)
+        current_voters.append(current_voters_item)
     count, pos = read_compact_array_length(buf, pos, False)
     observers = []
     for _ in range(count):
-        item, pos = _decode_replica_state_v0(buf, pos)
-        observers.append(item)
+        observers_item, pos = _decode_replica_state_v0(buf, pos)
+        observers.append(observers_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return PartitionData(partition_index=partition_index, error_code=error_code, leader_id=leader_id, leader_epoch=leader_epoch, high_watermark=high_watermark, current_voters=current_voters, observers=observers, unknown_tagged_fields=unknown), pos
 
@@ -225,11 +225,11 @@ def _decode_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int
 def _encode_partition_data_v1(self: PartitionData, out: bytearray) -> None:
     out += _I32_I16_I32_I32_I64.pack(self.partition_index, self.error_code, self.leader_id, self.leader_epoch, self.high_watermark)
     write_uvarint(out, len(self.current_voters) + 1)
-    for item in self.current_voters:
-        _encode_replica_state_v1(item, out)
+    for current_voters_item in self.current_voters:
+        _encode_replica_state_v1(current_voters_item, out)
     write_uvarint(out, len(self.observers) + 1)
-    for item in self.observers:
-        _encode_replica_state_v1(item, out)
+    for observers_item in self.observers:
+        _encode_replica_state_v1(observers_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -242,13 +242,13 @@ def _decode_partition_data_v1(buf: Buffer, pos: int) -> tuple[PartitionData, int
     count, pos = read_compact_array_length(buf, pos, False)
     current_voters = []
     for _ in range(count):
-        item, pos = _decode_replica_state_v1(buf, pos)
-        current_voters.append(item)
+        current_voters_item, pos = _decode_replica_state_v1(buf, pos)
+        current_voters.append(current_voters_item)
     count, pos = read_compact_array_length(buf, pos, False)
     observers = []
     for _ in range(count):
-        item, pos = _decode_replica_state_v1(buf, pos)
-        observers.append(item)
+        observers_item, pos = _decode_replica_state_v1(buf, pos)
+        observers.append(observers_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return PartitionData(partition_index=partition_index, error_code=error_code, leader_id=leader_id, leader_epoch=leader_epoch, high_watermark=high_watermark, current_voters=current_voters, observers=observers, unknown_tagged_fields=unknown), pos
 
@@ -258,11 +258,11 @@ def _encode_partition_data_v2(self: PartitionData, out: bytearray) -> None:
     write_compact_nullable_string(out, self.error_message)
     out += _I32_I32_I64.pack(self.leader_id, self.leader_epoch, self.high_watermark)
     write_uvarint(out, len(self.current_voters) + 1)
-    for item in self.current_voters:
-        _encode_replica_state_v2(item, out)
+    for current_voters_item in self.current_voters:
+        _encode_replica_state_v2(current_voters_item, out)
     write_uvarint(out, len(self.observers) + 1)
-    for item in self.observers:
-        _encode_replica_state_v2(item, out)
+    for observers_item in self.observers:
+        _encode_replica_state_v2(observers_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -278,13 +278,13 @@ def _decode_partition_data_v2(buf: Buffer, pos: int) -> tuple[PartitionData, int
     count, pos = read_compact_array_length(buf, pos, False)
     current_voters = []
     for _ in range(count):
-        item, pos = _decode_replica_state_v2(buf, pos)
-        current_voters.append(item)
+        current_voters_item, pos = _decode_replica_state_v2(buf, pos)
+        current_voters.append(current_voters_item)
     count, pos = read_compact_array_length(buf, pos, False)
     observers = []
     for _ in range(count):
-        item, pos = _decode_replica_state_v2(buf, pos)
-        observers.append(item)
+        observers_item, pos = _decode_replica_state_v2(buf, pos)
+        observers.append(observers_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return PartitionData(partition_index=partition_index, error_code=error_code, error_message=error_message, leader_id=leader_id, leader_epoch=leader_epoch, high_watermark=high_watermark, current_voters=current_voters, observers=observers, unknown_tagged_fields=unknown), pos
 
@@ -292,8 +292,8 @@ def _decode_partition_data_v2(buf: Buffer, pos: int) -> tuple[PartitionData, int
 def _encode_topic_data_v0(self: TopicData, out: bytearray) -> None:
     write_compact_string(out, self.topic_name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -305,8 +305,8 @@ def _decode_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicData(topic_name=topic_name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -314,8 +314,8 @@ def _decode_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
 def _encode_topic_data_v1(self: TopicData, out: bytearray) -> None:
     write_compact_string(out, self.topic_name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v1(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v1(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -327,8 +327,8 @@ def _decode_topic_data_v1(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v1(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v1(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicData(topic_name=topic_name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -336,8 +336,8 @@ def _decode_topic_data_v1(buf: Buffer, pos: int) -> tuple[TopicData, int]:
 def _encode_topic_data_v2(self: TopicData, out: bytearray) -> None:
     write_compact_string(out, self.topic_name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v2(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v2(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -349,8 +349,8 @@ def _decode_topic_data_v2(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v2(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v2(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicData(topic_name=topic_name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -377,8 +377,8 @@ def _decode_listener_v2(buf: Buffer, pos: int) -> tuple[Listener, int]:
 def _encode_node_v2(self: Node, out: bytearray) -> None:
     out += _I32.pack(self.node_id)
     write_uvarint(out, len(self.listeners) + 1)
-    for item in self.listeners:
-        _encode_listener_v2(item, out)
+    for listeners_item in self.listeners:
+        _encode_listener_v2(listeners_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -391,8 +391,8 @@ def _decode_node_v2(buf: Buffer, pos: int) -> tuple[Node, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     listeners = []
     for _ in range(count):
-        item, pos = _decode_listener_v2(buf, pos)
-        listeners.append(item)
+        listeners_item, pos = _decode_listener_v2(buf, pos)
+        listeners.append(listeners_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return Node(node_id=node_id, listeners=listeners, unknown_tagged_fields=unknown), pos
 
@@ -400,8 +400,8 @@ def _decode_node_v2(buf: Buffer, pos: int) -> tuple[Node, int]:
 def _encode_describe_quorum_response_v0(self: DescribeQuorumResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v0(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v0(topics_item, out)
     if self.nodes:
         raise EncodeError("nodes exists only in versions 2+ and is not ignorable")
     if self.unknown_tagged_fields:
@@ -416,8 +416,8 @@ def _decode_describe_quorum_response_v0(buf: Buffer, pos: int) -> tuple[Describe
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v0(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeQuorumResponse(error_code=error_code, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -425,8 +425,8 @@ def _decode_describe_quorum_response_v0(buf: Buffer, pos: int) -> tuple[Describe
 def _encode_describe_quorum_response_v1(self: DescribeQuorumResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v1(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v1(topics_item, out)
     if self.nodes:
         raise EncodeError("nodes exists only in versions 2+ and is not ignorable")
     if self.unknown_tagged_fields:
@@ -441,8 +441,8 @@ def _decode_describe_quorum_response_v1(buf: Buffer, pos: int) -> tuple[Describe
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v1(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeQuorumResponse(error_code=error_code, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -451,11 +451,11 @@ def _encode_describe_quorum_response_v2(self: DescribeQuorumResponse, out: bytea
     out += _I16.pack(self.error_code)
     write_compact_nullable_string(out, self.error_message)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v2(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v2(topics_item, out)
     write_uvarint(out, len(self.nodes) + 1)
-    for item in self.nodes:
-        _encode_node_v2(item, out)
+    for nodes_item in self.nodes:
+        _encode_node_v2(nodes_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -469,13 +469,13 @@ def _decode_describe_quorum_response_v2(buf: Buffer, pos: int) -> tuple[Describe
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v2(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v2(buf, pos)
+        topics.append(topics_item)
     count, pos = read_compact_array_length(buf, pos, False)
     nodes = []
     for _ in range(count):
-        item, pos = _decode_node_v2(buf, pos)
-        nodes.append(item)
+        nodes_item, pos = _decode_node_v2(buf, pos)
+        nodes.append(nodes_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeQuorumResponse(error_code=error_code, error_message=error_message, topics=topics, nodes=nodes, unknown_tagged_fields=unknown), pos
 

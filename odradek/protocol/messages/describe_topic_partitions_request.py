@@ -97,8 +97,8 @@ def _decode_cursor_v0(buf: Buffer, pos: int) -> tuple[Cursor, int]:
 
 def _encode_describe_topic_partitions_request_v0(self: DescribeTopicPartitionsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_request_v0(item, out)
+    for topics_item in self.topics:
+        _encode_topic_request_v0(topics_item, out)
     out += _I32.pack(self.response_partition_limit)
     if self.cursor is None:
         out += b"\xff"
@@ -115,8 +115,8 @@ def _decode_describe_topic_partitions_request_v0(buf: Buffer, pos: int) -> tuple
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_request_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_request_v0(buf, pos)
+        topics.append(topics_item)
     (response_partition_limit,) = _I32.unpack_from(buf, pos)
     pos += 4
     present, pos = read_struct_marker(buf, pos)

@@ -164,8 +164,8 @@ def _encode_describe_topic_partitions_response_topic_v0(self: DescribeTopicParti
     out += self.topic_id.bytes
     out += _BOOL.pack(self.is_internal)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_describe_topic_partitions_response_partition_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_describe_topic_partitions_response_partition_v0(partitions_item, out)
     out += _I32.pack(self.topic_authorized_operations)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -183,8 +183,8 @@ def _decode_describe_topic_partitions_response_topic_v0(buf: Buffer, pos: int) -
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_describe_topic_partitions_response_partition_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_describe_topic_partitions_response_partition_v0(buf, pos)
+        partitions.append(partitions_item)
     (topic_authorized_operations,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -211,8 +211,8 @@ def _decode_cursor_v0(buf: Buffer, pos: int) -> tuple[Cursor, int]:
 def _encode_describe_topic_partitions_response_v0(self: DescribeTopicPartitionsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_describe_topic_partitions_response_topic_v0(item, out)
+    for topics_item in self.topics:
+        _encode_describe_topic_partitions_response_topic_v0(topics_item, out)
     if self.next_cursor is None:
         out += b"\xff"
     else:
@@ -230,8 +230,8 @@ def _decode_describe_topic_partitions_response_v0(buf: Buffer, pos: int) -> tupl
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_describe_topic_partitions_response_topic_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_describe_topic_partitions_response_topic_v0(buf, pos)
+        topics.append(topics_item)
     present, pos = read_struct_marker(buf, pos)
     next_cursor = None
     if present:

@@ -36,8 +36,8 @@ class DescribeTransactionsRequest(Message):
 
 def _encode_describe_transactions_request_v0(self: DescribeTransactionsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.transactional_ids) + 1)
-    for item in self.transactional_ids:
-        write_compact_string(out, item)
+    for transactional_ids_item in self.transactional_ids:
+        write_compact_string(out, transactional_ids_item)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -48,8 +48,8 @@ def _decode_describe_transactions_request_v0(buf: Buffer, pos: int) -> tuple[Des
     count, pos = read_compact_array_length(buf, pos, False)
     transactional_ids = []
     for _ in range(count):
-        item, pos = read_compact_string(buf, pos)
-        transactional_ids.append(item)
+        transactional_ids_item, pos = read_compact_string(buf, pos)
+        transactional_ids.append(transactional_ids_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeTransactionsRequest(transactional_ids=transactional_ids, unknown_tagged_fields=unknown), pos
 

@@ -102,8 +102,8 @@ def _encode_transaction_state_v0(self: TransactionState, out: bytearray) -> None
     write_compact_string(out, self.transaction_state)
     out += _I32_I64_I64_I16.pack(self.transaction_timeout_ms, self.transaction_start_time_ms, self.producer_id, self.producer_epoch)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v0(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v0(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -120,8 +120,8 @@ def _decode_transaction_state_v0(buf: Buffer, pos: int) -> tuple[TransactionStat
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v0(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TransactionState(error_code=error_code, transactional_id=transactional_id, transaction_state=transaction_state, transaction_timeout_ms=transaction_timeout_ms, transaction_start_time_ms=transaction_start_time_ms, producer_id=producer_id, producer_epoch=producer_epoch, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -129,8 +129,8 @@ def _decode_transaction_state_v0(buf: Buffer, pos: int) -> tuple[TransactionStat
 def _encode_describe_transactions_response_v0(self: DescribeTransactionsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.transaction_states) + 1)
-    for item in self.transaction_states:
-        _encode_transaction_state_v0(item, out)
+    for transaction_states_item in self.transaction_states:
+        _encode_transaction_state_v0(transaction_states_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -143,8 +143,8 @@ def _decode_describe_transactions_response_v0(buf: Buffer, pos: int) -> tuple[De
     count, pos = read_compact_array_length(buf, pos, False)
     transaction_states = []
     for _ in range(count):
-        item, pos = _decode_transaction_state_v0(buf, pos)
-        transaction_states.append(item)
+        transaction_states_item, pos = _decode_transaction_state_v0(buf, pos)
+        transaction_states.append(transaction_states_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeTransactionsResponse(throttle_time_ms=throttle_time_ms, transaction_states=transaction_states, unknown_tagged_fields=unknown), pos
 

@@ -63,8 +63,8 @@ def _encode_describe_user_scram_credentials_request_v0(self: DescribeUserScramCr
         out.append(0)
     else:
         write_uvarint(out, len(self.users) + 1)
-        for item in self.users:
-            _encode_user_name_v0(item, out)
+        for users_item in self.users:
+            _encode_user_name_v0(users_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -77,8 +77,8 @@ def _decode_describe_user_scram_credentials_request_v0(buf: Buffer, pos: int) ->
     if count >= 0:
         users = []
         for _ in range(count):
-            item, pos = _decode_user_name_v0(buf, pos)
-            users.append(item)
+            users_item, pos = _decode_user_name_v0(buf, pos)
+            users.append(users_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeUserScramCredentialsRequest(users=users, unknown_tagged_fields=unknown), pos
 

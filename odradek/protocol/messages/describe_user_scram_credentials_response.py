@@ -95,8 +95,8 @@ def _encode_describe_user_scram_credentials_result_v0(self: DescribeUserScramCre
     out += _I16.pack(self.error_code)
     write_compact_nullable_string(out, self.error_message)
     write_uvarint(out, len(self.credential_infos) + 1)
-    for item in self.credential_infos:
-        _encode_credential_info_v0(item, out)
+    for credential_infos_item in self.credential_infos:
+        _encode_credential_info_v0(credential_infos_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -111,8 +111,8 @@ def _decode_describe_user_scram_credentials_result_v0(buf: Buffer, pos: int) -> 
     count, pos = read_compact_array_length(buf, pos, False)
     credential_infos = []
     for _ in range(count):
-        item, pos = _decode_credential_info_v0(buf, pos)
-        credential_infos.append(item)
+        credential_infos_item, pos = _decode_credential_info_v0(buf, pos)
+        credential_infos.append(credential_infos_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeUserScramCredentialsResult(user=user, error_code=error_code, error_message=error_message, credential_infos=credential_infos, unknown_tagged_fields=unknown), pos
 
@@ -121,8 +121,8 @@ def _encode_describe_user_scram_credentials_response_v0(self: DescribeUserScramC
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_compact_nullable_string(out, self.error_message)
     write_uvarint(out, len(self.results) + 1)
-    for item in self.results:
-        _encode_describe_user_scram_credentials_result_v0(item, out)
+    for results_item in self.results:
+        _encode_describe_user_scram_credentials_result_v0(results_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -136,8 +136,8 @@ def _decode_describe_user_scram_credentials_response_v0(buf: Buffer, pos: int) -
     count, pos = read_compact_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_describe_user_scram_credentials_result_v0(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_describe_user_scram_credentials_result_v0(buf, pos)
+        results.append(results_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return DescribeUserScramCredentialsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, results=results, unknown_tagged_fields=unknown), pos
 

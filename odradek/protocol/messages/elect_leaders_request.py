@@ -100,8 +100,8 @@ def _encode_elect_leaders_request_v0(self: ElectLeadersRequest, out: bytearray) 
         out += NULL_INT32
     else:
         out += INT32.pack(len(self.topic_partitions))
-        for item in self.topic_partitions:
-            _encode_topic_partitions_v0_1(item, out)
+        for topic_partitions_item in self.topic_partitions:
+            _encode_topic_partitions_v0_1(topic_partitions_item, out)
     out += _I32.pack(self.timeout_ms)
 
 
@@ -111,8 +111,8 @@ def _decode_elect_leaders_request_v0(buf: Buffer, pos: int) -> tuple[ElectLeader
     if count >= 0:
         topic_partitions = []
         for _ in range(count):
-            item, pos = _decode_topic_partitions_v0_1(buf, pos)
-            topic_partitions.append(item)
+            topic_partitions_item, pos = _decode_topic_partitions_v0_1(buf, pos)
+            topic_partitions.append(topic_partitions_item)
     (timeout_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     return ElectLeadersRequest(topic_partitions=topic_partitions, timeout_ms=timeout_ms), pos
@@ -124,8 +124,8 @@ def _encode_elect_leaders_request_v1(self: ElectLeadersRequest, out: bytearray) 
         out += NULL_INT32
     else:
         out += INT32.pack(len(self.topic_partitions))
-        for item in self.topic_partitions:
-            _encode_topic_partitions_v0_1(item, out)
+        for topic_partitions_item in self.topic_partitions:
+            _encode_topic_partitions_v0_1(topic_partitions_item, out)
     out += _I32.pack(self.timeout_ms)
 
 
@@ -137,8 +137,8 @@ def _decode_elect_leaders_request_v1(buf: Buffer, pos: int) -> tuple[ElectLeader
     if count >= 0:
         topic_partitions = []
         for _ in range(count):
-            item, pos = _decode_topic_partitions_v0_1(buf, pos)
-            topic_partitions.append(item)
+            topic_partitions_item, pos = _decode_topic_partitions_v0_1(buf, pos)
+            topic_partitions.append(topic_partitions_item)
     (timeout_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     return ElectLeadersRequest(election_type=election_type, topic_partitions=topic_partitions, timeout_ms=timeout_ms), pos
@@ -150,8 +150,8 @@ def _encode_elect_leaders_request_v2(self: ElectLeadersRequest, out: bytearray) 
         out.append(0)
     else:
         write_uvarint(out, len(self.topic_partitions) + 1)
-        for item in self.topic_partitions:
-            _encode_topic_partitions_v2(item, out)
+        for topic_partitions_item in self.topic_partitions:
+            _encode_topic_partitions_v2(topic_partitions_item, out)
     out += _I32.pack(self.timeout_ms)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -167,8 +167,8 @@ def _decode_elect_leaders_request_v2(buf: Buffer, pos: int) -> tuple[ElectLeader
     if count >= 0:
         topic_partitions = []
         for _ in range(count):
-            item, pos = _decode_topic_partitions_v2(buf, pos)
-            topic_partitions.append(item)
+            topic_partitions_item, pos = _decode_topic_partitions_v2(buf, pos)
+            topic_partitions.append(topic_partitions_item)
     (timeout_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)

@@ -109,8 +109,8 @@ def _decode_partition_result_v2(buf: Buffer, pos: int) -> tuple[PartitionResult,
 def _encode_replica_election_result_v0_1(self: ReplicaElectionResult, out: bytearray) -> None:
     write_string(out, self.topic)
     out += INT32.pack(len(self.partition_result))
-    for item in self.partition_result:
-        _encode_partition_result_v0_1(item, out)
+    for partition_result_item in self.partition_result:
+        _encode_partition_result_v0_1(partition_result_item, out)
 
 
 def _decode_replica_election_result_v0_1(buf: Buffer, pos: int) -> tuple[ReplicaElectionResult, int]:
@@ -118,16 +118,16 @@ def _decode_replica_election_result_v0_1(buf: Buffer, pos: int) -> tuple[Replica
     count, pos = read_array_length(buf, pos, False)
     partition_result = []
     for _ in range(count):
-        item, pos = _decode_partition_result_v0_1(buf, pos)
-        partition_result.append(item)
+        partition_result_item, pos = _decode_partition_result_v0_1(buf, pos)
+        partition_result.append(partition_result_item)
     return ReplicaElectionResult(topic=topic, partition_result=partition_result), pos
 
 
 def _encode_replica_election_result_v2(self: ReplicaElectionResult, out: bytearray) -> None:
     write_compact_string(out, self.topic)
     write_uvarint(out, len(self.partition_result) + 1)
-    for item in self.partition_result:
-        _encode_partition_result_v2(item, out)
+    for partition_result_item in self.partition_result:
+        _encode_partition_result_v2(partition_result_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -139,8 +139,8 @@ def _decode_replica_election_result_v2(buf: Buffer, pos: int) -> tuple[ReplicaEl
     count, pos = read_compact_array_length(buf, pos, False)
     partition_result = []
     for _ in range(count):
-        item, pos = _decode_partition_result_v2(buf, pos)
-        partition_result.append(item)
+        partition_result_item, pos = _decode_partition_result_v2(buf, pos)
+        partition_result.append(partition_result_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ReplicaElectionResult(topic=topic, partition_result=partition_result, unknown_tagged_fields=unknown), pos
 
@@ -150,8 +150,8 @@ def _encode_elect_leaders_response_v0(self: ElectLeadersResponse, out: bytearray
         raise EncodeError("error_code exists only in versions 1+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.replica_election_results))
-    for item in self.replica_election_results:
-        _encode_replica_election_result_v0_1(item, out)
+    for replica_election_results_item in self.replica_election_results:
+        _encode_replica_election_result_v0_1(replica_election_results_item, out)
 
 
 def _decode_elect_leaders_response_v0(buf: Buffer, pos: int) -> tuple[ElectLeadersResponse, int]:
@@ -160,16 +160,16 @@ def _decode_elect_leaders_response_v0(buf: Buffer, pos: int) -> tuple[ElectLeade
     count, pos = read_array_length(buf, pos, False)
     replica_election_results = []
     for _ in range(count):
-        item, pos = _decode_replica_election_result_v0_1(buf, pos)
-        replica_election_results.append(item)
+        replica_election_results_item, pos = _decode_replica_election_result_v0_1(buf, pos)
+        replica_election_results.append(replica_election_results_item)
     return ElectLeadersResponse(throttle_time_ms=throttle_time_ms, replica_election_results=replica_election_results), pos
 
 
 def _encode_elect_leaders_response_v1(self: ElectLeadersResponse, out: bytearray) -> None:
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     out += INT32.pack(len(self.replica_election_results))
-    for item in self.replica_election_results:
-        _encode_replica_election_result_v0_1(item, out)
+    for replica_election_results_item in self.replica_election_results:
+        _encode_replica_election_result_v0_1(replica_election_results_item, out)
 
 
 def _decode_elect_leaders_response_v1(buf: Buffer, pos: int) -> tuple[ElectLeadersResponse, int]:
@@ -178,16 +178,16 @@ def _decode_elect_leaders_response_v1(buf: Buffer, pos: int) -> tuple[ElectLeade
     count, pos = read_array_length(buf, pos, False)
     replica_election_results = []
     for _ in range(count):
-        item, pos = _decode_replica_election_result_v0_1(buf, pos)
-        replica_election_results.append(item)
+        replica_election_results_item, pos = _decode_replica_election_result_v0_1(buf, pos)
+        replica_election_results.append(replica_election_results_item)
     return ElectLeadersResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, replica_election_results=replica_election_results), pos
 
 
 def _encode_elect_leaders_response_v2(self: ElectLeadersResponse, out: bytearray) -> None:
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_uvarint(out, len(self.replica_election_results) + 1)
-    for item in self.replica_election_results:
-        _encode_replica_election_result_v2(item, out)
+    for replica_election_results_item in self.replica_election_results:
+        _encode_replica_election_result_v2(replica_election_results_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -200,8 +200,8 @@ def _decode_elect_leaders_response_v2(buf: Buffer, pos: int) -> tuple[ElectLeade
     count, pos = read_compact_array_length(buf, pos, False)
     replica_election_results = []
     for _ in range(count):
-        item, pos = _decode_replica_election_result_v2(buf, pos)
-        replica_election_results.append(item)
+        replica_election_results_item, pos = _decode_replica_election_result_v2(buf, pos)
+        replica_election_results.append(replica_election_results_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ElectLeadersResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, replica_election_results=replica_election_results, unknown_tagged_fields=unknown), pos
 

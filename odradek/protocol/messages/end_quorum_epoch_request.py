@@ -145,8 +145,8 @@ def _decode_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int
 def _encode_partition_data_v1(self: PartitionData, out: bytearray) -> None:
     out += _I32_I32_I32.pack(self.partition_index, self.leader_id, self.leader_epoch)
     write_uvarint(out, len(self.preferred_candidates) + 1)
-    for item in self.preferred_candidates:
-        _encode_replica_info_v1(item, out)
+    for preferred_candidates_item in self.preferred_candidates:
+        _encode_replica_info_v1(preferred_candidates_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -159,8 +159,8 @@ def _decode_partition_data_v1(buf: Buffer, pos: int) -> tuple[PartitionData, int
     count, pos = read_compact_array_length(buf, pos, False)
     preferred_candidates = []
     for _ in range(count):
-        item, pos = _decode_replica_info_v1(buf, pos)
-        preferred_candidates.append(item)
+        preferred_candidates_item, pos = _decode_replica_info_v1(buf, pos)
+        preferred_candidates.append(preferred_candidates_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return PartitionData(partition_index=partition_index, leader_id=leader_id, leader_epoch=leader_epoch, preferred_candidates=preferred_candidates, unknown_tagged_fields=unknown), pos
 
@@ -168,8 +168,8 @@ def _decode_partition_data_v1(buf: Buffer, pos: int) -> tuple[PartitionData, int
 def _encode_topic_data_v0(self: TopicData, out: bytearray) -> None:
     write_string(out, self.topic_name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_partition_data_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v0(partitions_item, out)
 
 
 def _decode_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
@@ -177,16 +177,16 @@ def _decode_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v0(buf, pos)
+        partitions.append(partitions_item)
     return TopicData(topic_name=topic_name, partitions=partitions), pos
 
 
 def _encode_topic_data_v1(self: TopicData, out: bytearray) -> None:
     write_compact_string(out, self.topic_name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v1(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v1(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -198,8 +198,8 @@ def _decode_topic_data_v1(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v1(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v1(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicData(topic_name=topic_name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -226,8 +226,8 @@ def _decode_leader_endpoint_v1(buf: Buffer, pos: int) -> tuple[LeaderEndpoint, i
 def _encode_end_quorum_epoch_request_v0(self: EndQuorumEpochRequest, out: bytearray) -> None:
     write_nullable_string(out, self.cluster_id)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_topic_data_v0(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v0(topics_item, out)
 
 
 def _decode_end_quorum_epoch_request_v0(buf: Buffer, pos: int) -> tuple[EndQuorumEpochRequest, int]:
@@ -235,19 +235,19 @@ def _decode_end_quorum_epoch_request_v0(buf: Buffer, pos: int) -> tuple[EndQuoru
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v0(buf, pos)
+        topics.append(topics_item)
     return EndQuorumEpochRequest(cluster_id=cluster_id, topics=topics), pos
 
 
 def _encode_end_quorum_epoch_request_v1(self: EndQuorumEpochRequest, out: bytearray) -> None:
     write_compact_nullable_string(out, self.cluster_id)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v1(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v1(topics_item, out)
     write_uvarint(out, len(self.leader_endpoints) + 1)
-    for item in self.leader_endpoints:
-        _encode_leader_endpoint_v1(item, out)
+    for leader_endpoints_item in self.leader_endpoints:
+        _encode_leader_endpoint_v1(leader_endpoints_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -259,13 +259,13 @@ def _decode_end_quorum_epoch_request_v1(buf: Buffer, pos: int) -> tuple[EndQuoru
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v1(buf, pos)
+        topics.append(topics_item)
     count, pos = read_compact_array_length(buf, pos, False)
     leader_endpoints = []
     for _ in range(count):
-        item, pos = _decode_leader_endpoint_v1(buf, pos)
-        leader_endpoints.append(item)
+        leader_endpoints_item, pos = _decode_leader_endpoint_v1(buf, pos)
+        leader_endpoints.append(leader_endpoints_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return EndQuorumEpochRequest(cluster_id=cluster_id, topics=topics, leader_endpoints=leader_endpoints, unknown_tagged_fields=unknown), pos
 

@@ -241,8 +241,8 @@ def _decode_fetch_partition_v17(buf: Buffer, pos: int) -> tuple[FetchPartition, 
 def _encode_fetch_topic_v0_4(self: FetchTopic, out: bytearray) -> None:
     write_string(out, self.topic)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_fetch_partition_v0_4(item, out)
+    for partitions_item in self.partitions:
+        _encode_fetch_partition_v0_4(partitions_item, out)
 
 
 def _decode_fetch_topic_v0_4(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
@@ -250,16 +250,16 @@ def _decode_fetch_topic_v0_4(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_fetch_partition_v0_4(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_fetch_partition_v0_4(buf, pos)
+        partitions.append(partitions_item)
     return FetchTopic(topic=topic, partitions=partitions), pos
 
 
 def _encode_fetch_topic_v5_8(self: FetchTopic, out: bytearray) -> None:
     write_string(out, self.topic)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_fetch_partition_v5_8(item, out)
+    for partitions_item in self.partitions:
+        _encode_fetch_partition_v5_8(partitions_item, out)
 
 
 def _decode_fetch_topic_v5_8(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
@@ -267,16 +267,16 @@ def _decode_fetch_topic_v5_8(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_fetch_partition_v5_8(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_fetch_partition_v5_8(buf, pos)
+        partitions.append(partitions_item)
     return FetchTopic(topic=topic, partitions=partitions), pos
 
 
 def _encode_fetch_topic_v9_11(self: FetchTopic, out: bytearray) -> None:
     write_string(out, self.topic)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_fetch_partition_v9_11(item, out)
+    for partitions_item in self.partitions:
+        _encode_fetch_partition_v9_11(partitions_item, out)
 
 
 def _decode_fetch_topic_v9_11(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
@@ -284,16 +284,16 @@ def _decode_fetch_topic_v9_11(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_fetch_partition_v9_11(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_fetch_partition_v9_11(buf, pos)
+        partitions.append(partitions_item)
     return FetchTopic(topic=topic, partitions=partitions), pos
 
 
 def _encode_fetch_topic_v12(self: FetchTopic, out: bytearray) -> None:
     write_compact_string(out, self.topic)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_fetch_partition_v12_16(item, out)
+    for partitions_item in self.partitions:
+        _encode_fetch_partition_v12_16(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -305,8 +305,8 @@ def _decode_fetch_topic_v12(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_fetch_partition_v12_16(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_fetch_partition_v12_16(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return FetchTopic(topic=topic, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -314,8 +314,8 @@ def _decode_fetch_topic_v12(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
 def _encode_fetch_topic_v13_16(self: FetchTopic, out: bytearray) -> None:
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_fetch_partition_v12_16(item, out)
+    for partitions_item in self.partitions:
+        _encode_fetch_partition_v12_16(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -327,8 +327,8 @@ def _decode_fetch_topic_v13_16(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_fetch_partition_v12_16(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_fetch_partition_v12_16(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return FetchTopic(topic_id=topic_id, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -336,8 +336,8 @@ def _decode_fetch_topic_v13_16(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
 def _encode_fetch_topic_v17(self: FetchTopic, out: bytearray) -> None:
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_fetch_partition_v17(item, out)
+    for partitions_item in self.partitions:
+        _encode_fetch_partition_v17(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -349,8 +349,8 @@ def _decode_fetch_topic_v17(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_fetch_partition_v17(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_fetch_partition_v17(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return FetchTopic(topic_id=topic_id, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -412,8 +412,8 @@ def _encode_fetch_request_v0_2(self: FetchRequest, out: bytearray) -> None:
         raise EncodeError("replica_state exists only in versions 15+ and is not ignorable")
     out += _I32_I32_I32.pack(self.replica_id, self.max_wait_ms, self.min_bytes)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_fetch_topic_v0_4(item, out)
+    for topics_item in self.topics:
+        _encode_fetch_topic_v0_4(topics_item, out)
     if self.forgotten_topics_data:
         raise EncodeError("forgotten_topics_data exists only in versions 7+ and is not ignorable")
 
@@ -424,8 +424,8 @@ def _decode_fetch_request_v0_2(buf: Buffer, pos: int) -> tuple[FetchRequest, int
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_fetch_topic_v0_4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_fetch_topic_v0_4(buf, pos)
+        topics.append(topics_item)
     return FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, topics=topics), pos
 
 
@@ -434,8 +434,8 @@ def _encode_fetch_request_v3(self: FetchRequest, out: bytearray) -> None:
         raise EncodeError("replica_state exists only in versions 15+ and is not ignorable")
     out += _I32_I32_I32_I32.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_fetch_topic_v0_4(item, out)
+    for topics_item in self.topics:
+        _encode_fetch_topic_v0_4(topics_item, out)
     if self.forgotten_topics_data:
         raise EncodeError("forgotten_topics_data exists only in versions 7+ and is not ignorable")
 
@@ -446,8 +446,8 @@ def _decode_fetch_request_v3(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_fetch_topic_v0_4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_fetch_topic_v0_4(buf, pos)
+        topics.append(topics_item)
     return FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, topics=topics), pos
 
 
@@ -456,8 +456,8 @@ def _encode_fetch_request_v4(self: FetchRequest, out: bytearray) -> None:
         raise EncodeError("replica_state exists only in versions 15+ and is not ignorable")
     out += _I32_I32_I32_I32_I8.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_fetch_topic_v0_4(item, out)
+    for topics_item in self.topics:
+        _encode_fetch_topic_v0_4(topics_item, out)
     if self.forgotten_topics_data:
         raise EncodeError("forgotten_topics_data exists only in versions 7+ and is not ignorable")
 
@@ -468,8 +468,8 @@ def _decode_fetch_request_v4(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_fetch_topic_v0_4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_fetch_topic_v0_4(buf, pos)
+        topics.append(topics_item)
     return FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation_level, topics=topics), pos
 
 
@@ -478,8 +478,8 @@ def _encode_fetch_request_v5_6(self: FetchRequest, out: bytearray) -> None:
         raise EncodeError("replica_state exists only in versions 15+ and is not ignorable")
     out += _I32_I32_I32_I32_I8.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_fetch_topic_v5_8(item, out)
+    for topics_item in self.topics:
+        _encode_fetch_topic_v5_8(topics_item, out)
     if self.forgotten_topics_data:
         raise EncodeError("forgotten_topics_data exists only in versions 7+ and is not ignorable")
 
@@ -490,8 +490,8 @@ def _decode_fetch_request_v5_6(buf: Buffer, pos: int) -> tuple[FetchRequest, int
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_fetch_topic_v5_8(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_fetch_topic_v5_8(buf, pos)
+        topics.append(topics_item)
     return FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation_level, topics=topics), pos
 
 
@@ -500,11 +500,11 @@ def _encode_fetch_request_v7_8(self: FetchRequest, out: bytearray) -> None:
         raise EncodeError("replica_state exists only in versions 15+ and is not ignorable")
     out += _I32_I32_I32_I32_I8_I32_I32.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_fetch_topic_v5_8(item, out)
+    for topics_item in self.topics:
+        _encode_fetch_topic_v5_8(topics_item, out)
     out += INT32.pack(len(self.forgotten_topics_data))
-    for item in self.forgotten_topics_data:
-        _encode_forgotten_topic_v7_11(item, out)
+    for forgotten_topics_data_item in self.forgotten_topics_data:
+        _encode_forgotten_topic_v7_11(forgotten_topics_data_item, out)
 
 
 def _decode_fetch_request_v7_8(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
@@ -513,13 +513,13 @@ def _decode_fetch_request_v7_8(buf: Buffer, pos: int) -> tuple[FetchRequest, int
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_fetch_topic_v5_8(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_fetch_topic_v5_8(buf, pos)
+        topics.append(topics_item)
     count, pos = read_array_length(buf, pos, False)
     forgotten_topics_data = []
     for _ in range(count):
-        item, pos = _decode_forgotten_topic_v7_11(buf, pos)
-        forgotten_topics_data.append(item)
+        forgotten_topics_data_item, pos = _decode_forgotten_topic_v7_11(buf, pos)
+        forgotten_topics_data.append(forgotten_topics_data_item)
     return FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation_level, session_id=session_id, session_epoch=session_epoch, topics=topics, forgotten_topics_data=forgotten_topics_data), pos
 
 
@@ -528,11 +528,11 @@ def _encode_fetch_request_v9_10(self: FetchRequest, out: bytearray) -> None:
         raise EncodeError("replica_state exists only in versions 15+ and is not ignorable")
     out += _I32_I32_I32_I32_I8_I32_I32.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_fetch_topic_v9_11(item, out)
+    for topics_item in self.topics:
+        _encode_fetch_topic_v9_11(topics_item, out)
     out += INT32.pack(len(self.forgotten_topics_data))
-    for item in self.forgotten_topics_data:
-        _encode_forgotten_topic_v7_11(item, out)
+    for forgotten_topics_data_item in self.forgotten_topics_data:
+        _encode_forgotten_topic_v7_11(forgotten_topics_data_item, out)
 
 
 def _decode_fetch_request_v9_10(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
@@ -541,13 +541,13 @@ def _decode_fetch_request_v9_10(buf: Buffer, pos: int) -> tuple[FetchRequest, in
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_fetch_topic_v9_11(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_fetch_topic_v9_11(buf, pos)
+        topics.append(topics_item)
     count, pos = read_array_length(buf, pos, False)
     forgotten_topics_data = []
     for _ in range(count):
-        item, pos = _decode_forgotten_topic_v7_11(buf, pos)
-        forgotten_topics_data.append(item)
+        forgotten_topics_data_item, pos = _decode_forgotten_topic_v7_11(buf, pos)
+        forgotten_topics_data.append(forgotten_topics_data_item)
     return FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation_level, session_id=session_id, session_epoch=session_epoch, topics=topics, forgotten_topics_data=forgotten_topics_data), pos
 
 
@@ -556,11 +556,11 @@ def _encode_fetch_request_v11(self: FetchRequest, out: bytearray) -> None:
         raise EncodeError("replica_state exists only in versions 15+ and is not ignorable")
     out += _I32_I32_I32_I32_I8_I32_I32.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_fetch_topic_v9_11(item, out)
+    for topics_item in self.topics:
+        _encode_fetch_topic_v9_11(topics_item, out)
     out += INT32.pack(len(self.forgotten_topics_data))
-    for item in self.forgotten_topics_data:
-        _encode_forgotten_topic_v7_11(item, out)
+    for forgotten_topics_data_item in self.forgotten_topics_data:
+        _encode_forgotten_topic_v7_11(forgotten_topics_data_item, out)
     write_string(out, self.rack_id)
 
 
@@ -570,13 +570,13 @@ def _decode_fetch_request_v11(buf: Buffer, pos: int) -> tuple[FetchRequest, int]
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_fetch_topic_v9_11(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_fetch_topic_v9_11(buf, pos)
+        topics.append(topics_item)
     count, pos = read_array_length(buf, pos, False)
     forgotten_topics_data = []
     for _ in range(count):
-        item, pos = _decode_forgotten_topic_v7_11(buf, pos)
-        forgotten_topics_data.append(item)
+        forgotten_topics_data_item, pos = _decode_forgotten_topic_v7_11(buf, pos)
+        forgotten_topics_data.append(forgotten_topics_data_item)
     rack_id, pos = read_string(buf, pos)
     return FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation_level, session_id=session_id, session_epoch=session_epoch, topics=topics, forgotten_topics_data=forgotten_topics_data, rack_id=rack_id), pos
 
@@ -586,11 +586,11 @@ def _encode_fetch_request_v12(self: FetchRequest, out: bytearray) -> None:
         raise EncodeError("replica_state exists only in versions 15+ and is not ignorable")
     out += _I32_I32_I32_I32_I8_I32_I32.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_fetch_topic_v12(item, out)
+    for topics_item in self.topics:
+        _encode_fetch_topic_v12(topics_item, out)
     write_uvarint(out, len(self.forgotten_topics_data) + 1)
-    for item in self.forgotten_topics_data:
-        _encode_forgotten_topic_v12(item, out)
+    for forgotten_topics_data_item in self.forgotten_topics_data:
+        _encode_forgotten_topic_v12(forgotten_topics_data_item, out)
     write_compact_string(out, self.rack_id)
     tagged: list[tuple[int, Buffer]] = []
     if self.cluster_id is not None:
@@ -606,13 +606,13 @@ def _decode_fetch_request_v12(buf: Buffer, pos: int) -> tuple[FetchRequest, int]
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_fetch_topic_v12(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_fetch_topic_v12(buf, pos)
+        topics.append(topics_item)
     count, pos = read_compact_array_length(buf, pos, False)
     forgotten_topics_data = []
     for _ in range(count):
-        item, pos = _decode_forgotten_topic_v12(buf, pos)
-        forgotten_topics_data.append(item)
+        forgotten_topics_data_item, pos = _decode_forgotten_topic_v12(buf, pos)
+        forgotten_topics_data.append(forgotten_topics_data_item)
     rack_id, pos = read_compact_string(buf, pos)
     cluster_id = None
     unknown = None
@@ -635,11 +635,11 @@ def _encode_fetch_request_v13_14(self: FetchRequest, out: bytearray) -> None:
         raise EncodeError("replica_state exists only in versions 15+ and is not ignorable")
     out += _I32_I32_I32_I32_I8_I32_I32.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_fetch_topic_v13_16(item, out)
+    for topics_item in self.topics:
+        _encode_fetch_topic_v13_16(topics_item, out)
     write_uvarint(out, len(self.forgotten_topics_data) + 1)
-    for item in self.forgotten_topics_data:
-        _encode_forgotten_topic_v13_17(item, out)
+    for forgotten_topics_data_item in self.forgotten_topics_data:
+        _encode_forgotten_topic_v13_17(forgotten_topics_data_item, out)
     write_compact_string(out, self.rack_id)
     tagged: list[tuple[int, Buffer]] = []
     if self.cluster_id is not None:
@@ -655,13 +655,13 @@ def _decode_fetch_request_v13_14(buf: Buffer, pos: int) -> tuple[FetchRequest, i
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_fetch_topic_v13_16(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_fetch_topic_v13_16(buf, pos)
+        topics.append(topics_item)
     count, pos = read_compact_array_length(buf, pos, False)
     forgotten_topics_data = []
     for _ in range(count):
-        item, pos = _decode_forgotten_topic_v13_17(buf, pos)
-        forgotten_topics_data.append(item)
+        forgotten_topics_data_item, pos = _decode_forgotten_topic_v13_17(buf, pos)
+        forgotten_topics_data.append(forgotten_topics_data_item)
     rack_id, pos = read_compact_string(buf, pos)
     cluster_id = None
     unknown = None
@@ -684,11 +684,11 @@ def _encode_fetch_request_v15_16(self: FetchRequest, out: bytearray) -> None:
         raise EncodeError("replica_id exists only in versions 0-14 and is not ignorable")
     out += _I32_I32_I32_I8_I32_I32.pack(self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_fetch_topic_v13_16(item, out)
+    for topics_item in self.topics:
+        _encode_fetch_topic_v13_16(topics_item, out)
     write_uvarint(out, len(self.forgotten_topics_data) + 1)
-    for item in self.forgotten_topics_data:
-        _encode_forgotten_topic_v13_17(item, out)
+    for forgotten_topics_data_item in self.forgotten_topics_data:
+        _encode_forgotten_topic_v13_17(forgotten_topics_data_item, out)
     write_compact_string(out, self.rack_id)
     tagged: list[tuple[int, Buffer]] = []
     if self.cluster_id is not None:
@@ -708,13 +708,13 @@ def _decode_fetch_request_v15_16(buf: Buffer, pos: int) -> tuple[FetchRequest, i
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_fetch_topic_v13_16(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_fetch_topic_v13_16(buf, pos)
+        topics.append(topics_item)
     count, pos = read_compact_array_length(buf, pos, False)
     forgotten_topics_data = []
     for _ in range(count):
-        item, pos = _decode_forgotten_topic_v13_17(buf, pos)
-        forgotten_topics_data.append(item)
+        forgotten_topics_data_item, pos = _decode_forgotten_topic_v13_17(buf, pos)
+        forgotten_topics_data.append(forgotten_topics_data_item)
     rack_id, pos = read_compact_string(buf, pos)
     cluster_id = None
     replica_state = ReplicaState()
@@ -741,11 +741,11 @@ def _encode_fetch_request_v17(self: FetchRequest, out: bytearray) -> None:
         raise EncodeError("replica_id exists only in versions 0-14 and is not ignorable")
     out += _I32_I32_I32_I8_I32_I32.pack(self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_fetch_topic_v17(item, out)
+    for topics_item in self.topics:
+        _encode_fetch_topic_v17(topics_item, out)
     write_uvarint(out, len(self.forgotten_topics_data) + 1)
-    for item in self.forgotten_topics_data:
-        _encode_forgotten_topic_v13_17(item, out)
+    for forgotten_topics_data_item in self.forgotten_topics_data:
+        _encode_forgotten_topic_v13_17(forgotten_topics_data_item, out)
     write_compact_string(out, self.rack_id)
     tagged: list[tuple[int, Buffer]] = []
     if self.cluster_id is not None:
@@ -765,13 +765,13 @@ def _decode_fetch_request_v17(buf: Buffer, pos: int) -> tuple[FetchRequest, int]
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_fetch_topic_v17(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_fetch_topic_v17(buf, pos)
+        topics.append(topics_item)
     count, pos = read_compact_array_length(buf, pos, False)
     forgotten_topics_data = []
     for _ in range(count):
-        item, pos = _decode_forgotten_topic_v13_17(buf, pos)
-        forgotten_topics_data.append(item)
+        forgotten_topics_data_item, pos = _decode_forgotten_topic_v13_17(buf, pos)
+        forgotten_topics_data.append(forgotten_topics_data_item)
     rack_id, pos = read_compact_string(buf, pos)
     cluster_id = None
     replica_state = ReplicaState()

@@ -281,8 +281,8 @@ def _encode_partition_data_v4(self: PartitionData, out: bytearray) -> None:
         out += NULL_INT32
     else:
         out += INT32.pack(len(self.aborted_transactions))
-        for item in self.aborted_transactions:
-            _encode_aborted_transaction_v4_11(item, out)
+        for aborted_transactions_item in self.aborted_transactions:
+            _encode_aborted_transaction_v4_11(aborted_transactions_item, out)
     if self.preferred_read_replica != -1:
         raise EncodeError("preferred_read_replica exists only in versions 11+ and is not ignorable")
     write_nullable_bytes(out, self.records)
@@ -296,8 +296,8 @@ def _decode_partition_data_v4(buf: Buffer, pos: int) -> tuple[PartitionData, int
     if count >= 0:
         aborted_transactions = []
         for _ in range(count):
-            item, pos = _decode_aborted_transaction_v4_11(buf, pos)
-            aborted_transactions.append(item)
+            aborted_transactions_item, pos = _decode_aborted_transaction_v4_11(buf, pos)
+            aborted_transactions.append(aborted_transactions_item)
     records, pos = read_nullable_bytes(buf, pos)
     return PartitionData(partition_index=partition_index, error_code=error_code, high_watermark=high_watermark, last_stable_offset=last_stable_offset, aborted_transactions=aborted_transactions, records=records), pos
 
@@ -314,8 +314,8 @@ def _encode_partition_data_v5_10(self: PartitionData, out: bytearray) -> None:
         out += NULL_INT32
     else:
         out += INT32.pack(len(self.aborted_transactions))
-        for item in self.aborted_transactions:
-            _encode_aborted_transaction_v4_11(item, out)
+        for aborted_transactions_item in self.aborted_transactions:
+            _encode_aborted_transaction_v4_11(aborted_transactions_item, out)
     if self.preferred_read_replica != -1:
         raise EncodeError("preferred_read_replica exists only in versions 11+ and is not ignorable")
     write_nullable_bytes(out, self.records)
@@ -329,8 +329,8 @@ def _decode_partition_data_v5_10(buf: Buffer, pos: int) -> tuple[PartitionData, 
     if count >= 0:
         aborted_transactions = []
         for _ in range(count):
-            item, pos = _decode_aborted_transaction_v4_11(buf, pos)
-            aborted_transactions.append(item)
+            aborted_transactions_item, pos = _decode_aborted_transaction_v4_11(buf, pos)
+            aborted_transactions.append(aborted_transactions_item)
     records, pos = read_nullable_bytes(buf, pos)
     return PartitionData(partition_index=partition_index, error_code=error_code, high_watermark=high_watermark, last_stable_offset=last_stable_offset, log_start_offset=log_start_offset, aborted_transactions=aborted_transactions, records=records), pos
 
@@ -347,8 +347,8 @@ def _encode_partition_data_v11(self: PartitionData, out: bytearray) -> None:
         out += NULL_INT32
     else:
         out += INT32.pack(len(self.aborted_transactions))
-        for item in self.aborted_transactions:
-            _encode_aborted_transaction_v4_11(item, out)
+        for aborted_transactions_item in self.aborted_transactions:
+            _encode_aborted_transaction_v4_11(aborted_transactions_item, out)
     out += _I32.pack(self.preferred_read_replica)
     write_nullable_bytes(out, self.records)
 
@@ -361,8 +361,8 @@ def _decode_partition_data_v11(buf: Buffer, pos: int) -> tuple[PartitionData, in
     if count >= 0:
         aborted_transactions = []
         for _ in range(count):
-            item, pos = _decode_aborted_transaction_v4_11(buf, pos)
-            aborted_transactions.append(item)
+            aborted_transactions_item, pos = _decode_aborted_transaction_v4_11(buf, pos)
+            aborted_transactions.append(aborted_transactions_item)
     (preferred_read_replica,) = _I32.unpack_from(buf, pos)
     pos += 4
     records, pos = read_nullable_bytes(buf, pos)
@@ -375,8 +375,8 @@ def _encode_partition_data_v12_17(self: PartitionData, out: bytearray) -> None:
         out.append(0)
     else:
         write_uvarint(out, len(self.aborted_transactions) + 1)
-        for item in self.aborted_transactions:
-            _encode_aborted_transaction_v12_17(item, out)
+        for aborted_transactions_item in self.aborted_transactions:
+            _encode_aborted_transaction_v12_17(aborted_transactions_item, out)
     out += _I32.pack(self.preferred_read_replica)
     write_compact_nullable_bytes(out, self.records)
     tagged: list[tuple[int, Buffer]] = []
@@ -403,8 +403,8 @@ def _decode_partition_data_v12_17(buf: Buffer, pos: int) -> tuple[PartitionData,
     if count >= 0:
         aborted_transactions = []
         for _ in range(count):
-            item, pos = _decode_aborted_transaction_v12_17(buf, pos)
-            aborted_transactions.append(item)
+            aborted_transactions_item, pos = _decode_aborted_transaction_v12_17(buf, pos)
+            aborted_transactions.append(aborted_transactions_item)
     (preferred_read_replica,) = _I32.unpack_from(buf, pos)
     pos += 4
     records, pos = read_compact_nullable_bytes(buf, pos)
@@ -435,8 +435,8 @@ def _decode_partition_data_v12_17(buf: Buffer, pos: int) -> tuple[PartitionData,
 def _encode_fetchable_topic_response_v0_3(self: FetchableTopicResponse, out: bytearray) -> None:
     write_string(out, self.topic)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_partition_data_v0_3(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v0_3(partitions_item, out)
 
 
 def _decode_fetchable_topic_response_v0_3(buf: Buffer, pos: int) -> tuple[FetchableTopicResponse, int]:
@@ -444,16 +444,16 @@ def _decode_fetchable_topic_response_v0_3(buf: Buffer, pos: int) -> tuple[Fetcha
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v0_3(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v0_3(buf, pos)
+        partitions.append(partitions_item)
     return FetchableTopicResponse(topic=topic, partitions=partitions), pos
 
 
 def _encode_fetchable_topic_response_v4(self: FetchableTopicResponse, out: bytearray) -> None:
     write_string(out, self.topic)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_partition_data_v4(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v4(partitions_item, out)
 
 
 def _decode_fetchable_topic_response_v4(buf: Buffer, pos: int) -> tuple[FetchableTopicResponse, int]:
@@ -461,16 +461,16 @@ def _decode_fetchable_topic_response_v4(buf: Buffer, pos: int) -> tuple[Fetchabl
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v4(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v4(buf, pos)
+        partitions.append(partitions_item)
     return FetchableTopicResponse(topic=topic, partitions=partitions), pos
 
 
 def _encode_fetchable_topic_response_v5_10(self: FetchableTopicResponse, out: bytearray) -> None:
     write_string(out, self.topic)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_partition_data_v5_10(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v5_10(partitions_item, out)
 
 
 def _decode_fetchable_topic_response_v5_10(buf: Buffer, pos: int) -> tuple[FetchableTopicResponse, int]:
@@ -478,16 +478,16 @@ def _decode_fetchable_topic_response_v5_10(buf: Buffer, pos: int) -> tuple[Fetch
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v5_10(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v5_10(buf, pos)
+        partitions.append(partitions_item)
     return FetchableTopicResponse(topic=topic, partitions=partitions), pos
 
 
 def _encode_fetchable_topic_response_v11(self: FetchableTopicResponse, out: bytearray) -> None:
     write_string(out, self.topic)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_partition_data_v11(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v11(partitions_item, out)
 
 
 def _decode_fetchable_topic_response_v11(buf: Buffer, pos: int) -> tuple[FetchableTopicResponse, int]:
@@ -495,16 +495,16 @@ def _decode_fetchable_topic_response_v11(buf: Buffer, pos: int) -> tuple[Fetchab
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v11(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v11(buf, pos)
+        partitions.append(partitions_item)
     return FetchableTopicResponse(topic=topic, partitions=partitions), pos
 
 
 def _encode_fetchable_topic_response_v12(self: FetchableTopicResponse, out: bytearray) -> None:
     write_compact_string(out, self.topic)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v12_17(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v12_17(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -516,8 +516,8 @@ def _decode_fetchable_topic_response_v12(buf: Buffer, pos: int) -> tuple[Fetchab
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v12_17(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v12_17(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return FetchableTopicResponse(topic=topic, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -525,8 +525,8 @@ def _decode_fetchable_topic_response_v12(buf: Buffer, pos: int) -> tuple[Fetchab
 def _encode_fetchable_topic_response_v13_17(self: FetchableTopicResponse, out: bytearray) -> None:
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v12_17(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v12_17(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -538,8 +538,8 @@ def _decode_fetchable_topic_response_v13_17(buf: Buffer, pos: int) -> tuple[Fetc
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v12_17(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v12_17(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return FetchableTopicResponse(topic_id=topic_id, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -570,8 +570,8 @@ def _encode_fetch_response_v0(self: FetchResponse, out: bytearray) -> None:
     if self.session_id != 0:
         raise EncodeError("session_id exists only in versions 7+ and is not ignorable")
     out += INT32.pack(len(self.responses))
-    for item in self.responses:
-        _encode_fetchable_topic_response_v0_3(item, out)
+    for responses_item in self.responses:
+        _encode_fetchable_topic_response_v0_3(responses_item, out)
     if self.node_endpoints:
         raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
 
@@ -580,8 +580,8 @@ def _decode_fetch_response_v0(buf: Buffer, pos: int) -> tuple[FetchResponse, int
     count, pos = read_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_fetchable_topic_response_v0_3(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_fetchable_topic_response_v0_3(buf, pos)
+        responses.append(responses_item)
     return FetchResponse(responses=responses), pos
 
 
@@ -590,8 +590,8 @@ def _encode_fetch_response_v1_3(self: FetchResponse, out: bytearray) -> None:
         raise EncodeError("session_id exists only in versions 7+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.responses))
-    for item in self.responses:
-        _encode_fetchable_topic_response_v0_3(item, out)
+    for responses_item in self.responses:
+        _encode_fetchable_topic_response_v0_3(responses_item, out)
     if self.node_endpoints:
         raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
 
@@ -602,8 +602,8 @@ def _decode_fetch_response_v1_3(buf: Buffer, pos: int) -> tuple[FetchResponse, i
     count, pos = read_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_fetchable_topic_response_v0_3(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_fetchable_topic_response_v0_3(buf, pos)
+        responses.append(responses_item)
     return FetchResponse(throttle_time_ms=throttle_time_ms, responses=responses), pos
 
 
@@ -612,8 +612,8 @@ def _encode_fetch_response_v4(self: FetchResponse, out: bytearray) -> None:
         raise EncodeError("session_id exists only in versions 7+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.responses))
-    for item in self.responses:
-        _encode_fetchable_topic_response_v4(item, out)
+    for responses_item in self.responses:
+        _encode_fetchable_topic_response_v4(responses_item, out)
     if self.node_endpoints:
         raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
 
@@ -624,8 +624,8 @@ def _decode_fetch_response_v4(buf: Buffer, pos: int) -> tuple[FetchResponse, int
     count, pos = read_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_fetchable_topic_response_v4(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_fetchable_topic_response_v4(buf, pos)
+        responses.append(responses_item)
     return FetchResponse(throttle_time_ms=throttle_time_ms, responses=responses), pos
 
 
@@ -634,8 +634,8 @@ def _encode_fetch_response_v5_6(self: FetchResponse, out: bytearray) -> None:
         raise EncodeError("session_id exists only in versions 7+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.responses))
-    for item in self.responses:
-        _encode_fetchable_topic_response_v5_10(item, out)
+    for responses_item in self.responses:
+        _encode_fetchable_topic_response_v5_10(responses_item, out)
     if self.node_endpoints:
         raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
 
@@ -646,16 +646,16 @@ def _decode_fetch_response_v5_6(buf: Buffer, pos: int) -> tuple[FetchResponse, i
     count, pos = read_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_fetchable_topic_response_v5_10(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_fetchable_topic_response_v5_10(buf, pos)
+        responses.append(responses_item)
     return FetchResponse(throttle_time_ms=throttle_time_ms, responses=responses), pos
 
 
 def _encode_fetch_response_v7_10(self: FetchResponse, out: bytearray) -> None:
     out += _I32_I16_I32.pack(self.throttle_time_ms, self.error_code, self.session_id)
     out += INT32.pack(len(self.responses))
-    for item in self.responses:
-        _encode_fetchable_topic_response_v5_10(item, out)
+    for responses_item in self.responses:
+        _encode_fetchable_topic_response_v5_10(responses_item, out)
     if self.node_endpoints:
         raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
 
@@ -666,16 +666,16 @@ def _decode_fetch_response_v7_10(buf: Buffer, pos: int) -> tuple[FetchResponse, 
     count, pos = read_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_fetchable_topic_response_v5_10(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_fetchable_topic_response_v5_10(buf, pos)
+        responses.append(responses_item)
     return FetchResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, session_id=session_id, responses=responses), pos
 
 
 def _encode_fetch_response_v11(self: FetchResponse, out: bytearray) -> None:
     out += _I32_I16_I32.pack(self.throttle_time_ms, self.error_code, self.session_id)
     out += INT32.pack(len(self.responses))
-    for item in self.responses:
-        _encode_fetchable_topic_response_v11(item, out)
+    for responses_item in self.responses:
+        _encode_fetchable_topic_response_v11(responses_item, out)
     if self.node_endpoints:
         raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
 
@@ -686,16 +686,16 @@ def _decode_fetch_response_v11(buf: Buffer, pos: int) -> tuple[FetchResponse, in
     count, pos = read_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_fetchable_topic_response_v11(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_fetchable_topic_response_v11(buf, pos)
+        responses.append(responses_item)
     return FetchResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, session_id=session_id, responses=responses), pos
 
 
 def _encode_fetch_response_v12(self: FetchResponse, out: bytearray) -> None:
     out += _I32_I16_I32.pack(self.throttle_time_ms, self.error_code, self.session_id)
     write_uvarint(out, len(self.responses) + 1)
-    for item in self.responses:
-        _encode_fetchable_topic_response_v12(item, out)
+    for responses_item in self.responses:
+        _encode_fetchable_topic_response_v12(responses_item, out)
     if self.node_endpoints:
         raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
     if self.unknown_tagged_fields:
@@ -710,8 +710,8 @@ def _decode_fetch_response_v12(buf: Buffer, pos: int) -> tuple[FetchResponse, in
     count, pos = read_compact_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_fetchable_topic_response_v12(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_fetchable_topic_response_v12(buf, pos)
+        responses.append(responses_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return FetchResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, session_id=session_id, responses=responses, unknown_tagged_fields=unknown), pos
 
@@ -719,8 +719,8 @@ def _decode_fetch_response_v12(buf: Buffer, pos: int) -> tuple[FetchResponse, in
 def _encode_fetch_response_v13_15(self: FetchResponse, out: bytearray) -> None:
     out += _I32_I16_I32.pack(self.throttle_time_ms, self.error_code, self.session_id)
     write_uvarint(out, len(self.responses) + 1)
-    for item in self.responses:
-        _encode_fetchable_topic_response_v13_17(item, out)
+    for responses_item in self.responses:
+        _encode_fetchable_topic_response_v13_17(responses_item, out)
     if self.node_endpoints:
         raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
     if self.unknown_tagged_fields:
@@ -735,8 +735,8 @@ def _decode_fetch_response_v13_15(buf: Buffer, pos: int) -> tuple[FetchResponse,
     count, pos = read_compact_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_fetchable_topic_response_v13_17(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_fetchable_topic_response_v13_17(buf, pos)
+        responses.append(responses_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return FetchResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, session_id=session_id, responses=responses, unknown_tagged_fields=unknown), pos
 
@@ -744,14 +744,14 @@ def _decode_fetch_response_v13_15(buf: Buffer, pos: int) -> tuple[FetchResponse,
 def _encode_fetch_response_v16_17(self: FetchResponse, out: bytearray) -> None:
     out += _I32_I16_I32.pack(self.throttle_time_ms, self.error_code, self.session_id)
     write_uvarint(out, len(self.responses) + 1)
-    for item in self.responses:
-        _encode_fetchable_topic_response_v13_17(item, out)
+    for responses_item in self.responses:
+        _encode_fetchable_topic_response_v13_17(responses_item, out)
     tagged: list[tuple[int, Buffer]] = []
     if self.node_endpoints:
         data = bytearray()
         write_uvarint(data, len(self.node_endpoints) + 1)
-        for item in self.node_endpoints:
-            _encode_node_endpoint_v16_17(item, data)
+        for node_endpoints_item in self.node_endpoints:
+            _encode_node_endpoint_v16_17(node_endpoints_item, data)
         tagged.append((0, data))
     write_tagged_fields(out, tagged, self.unknown_tagged_fields)
 
@@ -762,8 +762,8 @@ def _decode_fetch_response_v16_17(buf: Buffer, pos: int) -> tuple[FetchResponse,
     count, pos = read_compact_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_fetchable_topic_response_v13_17(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_fetchable_topic_response_v13_17(buf, pos)
+        responses.append(responses_item)
     node_endpoints = []
     unknown = None
     tagged_count, pos = read_uvarint(buf, pos)
@@ -773,8 +773,8 @@ def _decode_fetch_response_v16_17(buf: Buffer, pos: int) -> tuple[FetchResponse,
             count, pos = read_compact_array_length(buf, pos, False)
             node_endpoints = []
             for _ in range(count):
-                item, pos = _decode_node_endpoint_v16_17(buf, pos)
-                node_endpoints.append(item)
+                node_endpoints_item, pos = _decode_node_endpoint_v16_17(buf, pos)
+                node_endpoints.append(node_endpoints_item)
             check_tag_end(pos, end, tag)
         else:
             if unknown is None:

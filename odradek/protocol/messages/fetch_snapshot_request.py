@@ -167,8 +167,8 @@ def _decode_partition_snapshot_v1(buf: Buffer, pos: int) -> tuple[PartitionSnaps
 def _encode_topic_snapshot_v0(self: TopicSnapshot, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_snapshot_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_snapshot_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -180,8 +180,8 @@ def _decode_topic_snapshot_v0(buf: Buffer, pos: int) -> tuple[TopicSnapshot, int
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_snapshot_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_snapshot_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicSnapshot(name=name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -189,8 +189,8 @@ def _decode_topic_snapshot_v0(buf: Buffer, pos: int) -> tuple[TopicSnapshot, int
 def _encode_topic_snapshot_v1(self: TopicSnapshot, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_snapshot_v1(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_snapshot_v1(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -202,8 +202,8 @@ def _decode_topic_snapshot_v1(buf: Buffer, pos: int) -> tuple[TopicSnapshot, int
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_snapshot_v1(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_snapshot_v1(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicSnapshot(name=name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -211,8 +211,8 @@ def _decode_topic_snapshot_v1(buf: Buffer, pos: int) -> tuple[TopicSnapshot, int
 def _encode_fetch_snapshot_request_v0(self: FetchSnapshotRequest, out: bytearray) -> None:
     out += _I32_I32.pack(self.replica_id, self.max_bytes)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_snapshot_v0(item, out)
+    for topics_item in self.topics:
+        _encode_topic_snapshot_v0(topics_item, out)
     tagged: list[tuple[int, Buffer]] = []
     if self.cluster_id is not None:
         data = bytearray()
@@ -227,8 +227,8 @@ def _decode_fetch_snapshot_request_v0(buf: Buffer, pos: int) -> tuple[FetchSnaps
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_snapshot_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_snapshot_v0(buf, pos)
+        topics.append(topics_item)
     cluster_id = None
     unknown = None
     tagged_count, pos = read_uvarint(buf, pos)
@@ -248,8 +248,8 @@ def _decode_fetch_snapshot_request_v0(buf: Buffer, pos: int) -> tuple[FetchSnaps
 def _encode_fetch_snapshot_request_v1(self: FetchSnapshotRequest, out: bytearray) -> None:
     out += _I32_I32.pack(self.replica_id, self.max_bytes)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_snapshot_v1(item, out)
+    for topics_item in self.topics:
+        _encode_topic_snapshot_v1(topics_item, out)
     tagged: list[tuple[int, Buffer]] = []
     if self.cluster_id is not None:
         data = bytearray()
@@ -264,8 +264,8 @@ def _decode_fetch_snapshot_request_v1(buf: Buffer, pos: int) -> tuple[FetchSnaps
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_snapshot_v1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_snapshot_v1(buf, pos)
+        topics.append(topics_item)
     cluster_id = None
     unknown = None
     tagged_count, pos = read_uvarint(buf, pos)

@@ -95,8 +95,8 @@ def _encode_find_coordinator_request_v4_6(self: FindCoordinatorRequest, out: byt
         raise EncodeError("key exists only in versions 0-3 and is not ignorable")
     out += _I8.pack(self.key_type)
     write_uvarint(out, len(self.coordinator_keys) + 1)
-    for item in self.coordinator_keys:
-        write_compact_string(out, item)
+    for coordinator_keys_item in self.coordinator_keys:
+        write_compact_string(out, coordinator_keys_item)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -109,8 +109,8 @@ def _decode_find_coordinator_request_v4_6(buf: Buffer, pos: int) -> tuple[FindCo
     count, pos = read_compact_array_length(buf, pos, False)
     coordinator_keys = []
     for _ in range(count):
-        item, pos = read_compact_string(buf, pos)
-        coordinator_keys.append(item)
+        coordinator_keys_item, pos = read_compact_string(buf, pos)
+        coordinator_keys.append(coordinator_keys_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return FindCoordinatorRequest(key_type=key_type, coordinator_keys=coordinator_keys, unknown_tagged_fields=unknown), pos
 

@@ -179,8 +179,8 @@ def _encode_find_coordinator_response_v4_6(self: FindCoordinatorResponse, out: b
         raise EncodeError("port exists only in versions 0-3 and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.coordinators) + 1)
-    for item in self.coordinators:
-        _encode_coordinator_v4_6(item, out)
+    for coordinators_item in self.coordinators:
+        _encode_coordinator_v4_6(coordinators_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -193,8 +193,8 @@ def _decode_find_coordinator_response_v4_6(buf: Buffer, pos: int) -> tuple[FindC
     count, pos = read_compact_array_length(buf, pos, False)
     coordinators = []
     for _ in range(count):
-        item, pos = _decode_coordinator_v4_6(buf, pos)
-        coordinators.append(item)
+        coordinators_item, pos = _decode_coordinator_v4_6(buf, pos)
+        coordinators.append(coordinators_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return FindCoordinatorResponse(throttle_time_ms=throttle_time_ms, coordinators=coordinators, unknown_tagged_fields=unknown), pos
 

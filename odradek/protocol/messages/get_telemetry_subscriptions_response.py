@@ -66,8 +66,8 @@ def _encode_get_telemetry_subscriptions_response_v0(self: GetTelemetrySubscripti
     out += pack(f">{len(self.accepted_compression_types)}b", *self.accepted_compression_types)
     out += _I32_I32_BOOL.pack(self.push_interval_ms, self.telemetry_max_bytes, self.delta_temporality)
     write_uvarint(out, len(self.requested_metrics) + 1)
-    for item in self.requested_metrics:
-        write_compact_string(out, item)
+    for requested_metrics_item in self.requested_metrics:
+        write_compact_string(out, requested_metrics_item)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -88,8 +88,8 @@ def _decode_get_telemetry_subscriptions_response_v0(buf: Buffer, pos: int) -> tu
     count, pos = read_compact_array_length(buf, pos, False)
     requested_metrics = []
     for _ in range(count):
-        item, pos = read_compact_string(buf, pos)
-        requested_metrics.append(item)
+        requested_metrics_item, pos = read_compact_string(buf, pos)
+        requested_metrics.append(requested_metrics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return GetTelemetrySubscriptionsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, client_instance_id=client_instance_id, subscription_id=subscription_id, accepted_compression_types=accepted_compression_types, push_interval_ms=push_interval_ms, telemetry_max_bytes=telemetry_max_bytes, delta_temporality=delta_temporality, requested_metrics=requested_metrics, unknown_tagged_fields=unknown), pos
 

@@ -179,8 +179,8 @@ def _encode_group_metadata_value_v0(self: GroupMetadataValue, out: bytearray) ->
     write_nullable_string(out, self.protocol)
     write_nullable_string(out, self.leader)
     out += INT32.pack(len(self.members))
-    for item in self.members:
-        _encode_member_metadata_v0(item, out)
+    for members_item in self.members:
+        _encode_member_metadata_v0(members_item, out)
 
 
 def _decode_group_metadata_value_v0(buf: Buffer, pos: int) -> tuple[GroupMetadataValue, int]:
@@ -192,8 +192,8 @@ def _decode_group_metadata_value_v0(buf: Buffer, pos: int) -> tuple[GroupMetadat
     count, pos = read_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_member_metadata_v0(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_member_metadata_v0(buf, pos)
+        members.append(members_item)
     return GroupMetadataValue(protocol_type=protocol_type, generation=generation, protocol=protocol, leader=leader, members=members), pos
 
 
@@ -203,8 +203,8 @@ def _encode_group_metadata_value_v1(self: GroupMetadataValue, out: bytearray) ->
     write_nullable_string(out, self.protocol)
     write_nullable_string(out, self.leader)
     out += INT32.pack(len(self.members))
-    for item in self.members:
-        _encode_member_metadata_v1_2(item, out)
+    for members_item in self.members:
+        _encode_member_metadata_v1_2(members_item, out)
 
 
 def _decode_group_metadata_value_v1(buf: Buffer, pos: int) -> tuple[GroupMetadataValue, int]:
@@ -216,8 +216,8 @@ def _decode_group_metadata_value_v1(buf: Buffer, pos: int) -> tuple[GroupMetadat
     count, pos = read_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_member_metadata_v1_2(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_member_metadata_v1_2(buf, pos)
+        members.append(members_item)
     return GroupMetadataValue(protocol_type=protocol_type, generation=generation, protocol=protocol, leader=leader, members=members), pos
 
 
@@ -228,8 +228,8 @@ def _encode_group_metadata_value_v2(self: GroupMetadataValue, out: bytearray) ->
     write_nullable_string(out, self.leader)
     out += _I64.pack(self.current_state_timestamp)
     out += INT32.pack(len(self.members))
-    for item in self.members:
-        _encode_member_metadata_v1_2(item, out)
+    for members_item in self.members:
+        _encode_member_metadata_v1_2(members_item, out)
 
 
 def _decode_group_metadata_value_v2(buf: Buffer, pos: int) -> tuple[GroupMetadataValue, int]:
@@ -243,8 +243,8 @@ def _decode_group_metadata_value_v2(buf: Buffer, pos: int) -> tuple[GroupMetadat
     count, pos = read_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_member_metadata_v1_2(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_member_metadata_v1_2(buf, pos)
+        members.append(members_item)
     return GroupMetadataValue(protocol_type=protocol_type, generation=generation, protocol=protocol, leader=leader, current_state_timestamp=current_state_timestamp, members=members), pos
 
 
@@ -255,8 +255,8 @@ def _encode_group_metadata_value_v3(self: GroupMetadataValue, out: bytearray) ->
     write_nullable_string(out, self.leader)
     out += _I64.pack(self.current_state_timestamp)
     out += INT32.pack(len(self.members))
-    for item in self.members:
-        _encode_member_metadata_v3(item, out)
+    for members_item in self.members:
+        _encode_member_metadata_v3(members_item, out)
 
 
 def _decode_group_metadata_value_v3(buf: Buffer, pos: int) -> tuple[GroupMetadataValue, int]:
@@ -270,8 +270,8 @@ def _decode_group_metadata_value_v3(buf: Buffer, pos: int) -> tuple[GroupMetadat
     count, pos = read_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_member_metadata_v3(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_member_metadata_v3(buf, pos)
+        members.append(members_item)
     return GroupMetadataValue(protocol_type=protocol_type, generation=generation, protocol=protocol, leader=leader, current_state_timestamp=current_state_timestamp, members=members), pos
 
 
@@ -282,8 +282,8 @@ def _encode_group_metadata_value_v4(self: GroupMetadataValue, out: bytearray) ->
     write_compact_nullable_string(out, self.leader)
     out += _I64.pack(self.current_state_timestamp)
     write_uvarint(out, len(self.members) + 1)
-    for item in self.members:
-        _encode_member_metadata_v4(item, out)
+    for members_item in self.members:
+        _encode_member_metadata_v4(members_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -301,8 +301,8 @@ def _decode_group_metadata_value_v4(buf: Buffer, pos: int) -> tuple[GroupMetadat
     count, pos = read_compact_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_member_metadata_v4(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_member_metadata_v4(buf, pos)
+        members.append(members_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return GroupMetadataValue(protocol_type=protocol_type, generation=generation, protocol=protocol, leader=leader, current_state_timestamp=current_state_timestamp, members=members, unknown_tagged_fields=unknown), pos
 

@@ -113,8 +113,8 @@ def _encode_alter_configs_resource_v0(self: AlterConfigsResource, out: bytearray
     out += _I8.pack(self.resource_type)
     write_string(out, self.resource_name)
     out += INT32.pack(len(self.configs))
-    for item in self.configs:
-        _encode_alterable_config_v0(item, out)
+    for configs_item in self.configs:
+        _encode_alterable_config_v0(configs_item, out)
 
 
 def _decode_alter_configs_resource_v0(buf: Buffer, pos: int) -> tuple[AlterConfigsResource, int]:
@@ -124,8 +124,8 @@ def _decode_alter_configs_resource_v0(buf: Buffer, pos: int) -> tuple[AlterConfi
     count, pos = read_array_length(buf, pos, False)
     configs = []
     for _ in range(count):
-        item, pos = _decode_alterable_config_v0(buf, pos)
-        configs.append(item)
+        configs_item, pos = _decode_alterable_config_v0(buf, pos)
+        configs.append(configs_item)
     return AlterConfigsResource(resource_type=resource_type, resource_name=resource_name, configs=configs), pos
 
 
@@ -133,8 +133,8 @@ def _encode_alter_configs_resource_v1(self: AlterConfigsResource, out: bytearray
     out += _I8.pack(self.resource_type)
     write_compact_string(out, self.resource_name)
     write_uvarint(out, len(self.configs) + 1)
-    for item in self.configs:
-        _encode_alterable_config_v1(item, out)
+    for configs_item in self.configs:
+        _encode_alterable_config_v1(configs_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -148,16 +148,16 @@ def _decode_alter_configs_resource_v1(buf: Buffer, pos: int) -> tuple[AlterConfi
     count, pos = read_compact_array_length(buf, pos, False)
     configs = []
     for _ in range(count):
-        item, pos = _decode_alterable_config_v1(buf, pos)
-        configs.append(item)
+        configs_item, pos = _decode_alterable_config_v1(buf, pos)
+        configs.append(configs_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AlterConfigsResource(resource_type=resource_type, resource_name=resource_name, configs=configs, unknown_tagged_fields=unknown), pos
 
 
 def _encode_incremental_alter_configs_request_v0(self: IncrementalAlterConfigsRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.resources))
-    for item in self.resources:
-        _encode_alter_configs_resource_v0(item, out)
+    for resources_item in self.resources:
+        _encode_alter_configs_resource_v0(resources_item, out)
     out += _BOOL.pack(self.validate_only)
 
 
@@ -165,8 +165,8 @@ def _decode_incremental_alter_configs_request_v0(buf: Buffer, pos: int) -> tuple
     count, pos = read_array_length(buf, pos, False)
     resources = []
     for _ in range(count):
-        item, pos = _decode_alter_configs_resource_v0(buf, pos)
-        resources.append(item)
+        resources_item, pos = _decode_alter_configs_resource_v0(buf, pos)
+        resources.append(resources_item)
     (validate_only,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     return IncrementalAlterConfigsRequest(resources=resources, validate_only=validate_only), pos
@@ -174,8 +174,8 @@ def _decode_incremental_alter_configs_request_v0(buf: Buffer, pos: int) -> tuple
 
 def _encode_incremental_alter_configs_request_v1(self: IncrementalAlterConfigsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.resources) + 1)
-    for item in self.resources:
-        _encode_alter_configs_resource_v1(item, out)
+    for resources_item in self.resources:
+        _encode_alter_configs_resource_v1(resources_item, out)
     out += _BOOL.pack(self.validate_only)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -187,8 +187,8 @@ def _decode_incremental_alter_configs_request_v1(buf: Buffer, pos: int) -> tuple
     count, pos = read_compact_array_length(buf, pos, False)
     resources = []
     for _ in range(count):
-        item, pos = _decode_alter_configs_resource_v1(buf, pos)
-        resources.append(item)
+        resources_item, pos = _decode_alter_configs_resource_v1(buf, pos)
+        resources.append(resources_item)
     (validate_only,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     unknown, pos = read_unknown_tagged_fields(buf, pos)

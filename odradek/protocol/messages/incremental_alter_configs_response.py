@@ -107,8 +107,8 @@ def _decode_alter_configs_resource_response_v1(buf: Buffer, pos: int) -> tuple[A
 def _encode_incremental_alter_configs_response_v0(self: IncrementalAlterConfigsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.responses))
-    for item in self.responses:
-        _encode_alter_configs_resource_response_v0(item, out)
+    for responses_item in self.responses:
+        _encode_alter_configs_resource_response_v0(responses_item, out)
 
 
 def _decode_incremental_alter_configs_response_v0(buf: Buffer, pos: int) -> tuple[IncrementalAlterConfigsResponse, int]:
@@ -117,16 +117,16 @@ def _decode_incremental_alter_configs_response_v0(buf: Buffer, pos: int) -> tupl
     count, pos = read_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_alter_configs_resource_response_v0(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_alter_configs_resource_response_v0(buf, pos)
+        responses.append(responses_item)
     return IncrementalAlterConfigsResponse(throttle_time_ms=throttle_time_ms, responses=responses), pos
 
 
 def _encode_incremental_alter_configs_response_v1(self: IncrementalAlterConfigsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.responses) + 1)
-    for item in self.responses:
-        _encode_alter_configs_resource_response_v1(item, out)
+    for responses_item in self.responses:
+        _encode_alter_configs_resource_response_v1(responses_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -139,8 +139,8 @@ def _decode_incremental_alter_configs_response_v1(buf: Buffer, pos: int) -> tupl
     count, pos = read_compact_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_alter_configs_resource_response_v1(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_alter_configs_resource_response_v1(buf, pos)
+        responses.append(responses_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return IncrementalAlterConfigsResponse(throttle_time_ms=throttle_time_ms, responses=responses, unknown_tagged_fields=unknown), pos
 

@@ -86,8 +86,8 @@ def _decode_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int
 def _encode_initialize_state_data_v0(self: InitializeStateData, out: bytearray) -> None:
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -99,8 +99,8 @@ def _decode_initialize_state_data_v0(buf: Buffer, pos: int) -> tuple[InitializeS
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return InitializeStateData(topic_id=topic_id, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -108,8 +108,8 @@ def _decode_initialize_state_data_v0(buf: Buffer, pos: int) -> tuple[InitializeS
 def _encode_initialize_share_group_state_request_v0(self: InitializeShareGroupStateRequest, out: bytearray) -> None:
     write_compact_string(out, self.group_id)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_initialize_state_data_v0(item, out)
+    for topics_item in self.topics:
+        _encode_initialize_state_data_v0(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -121,8 +121,8 @@ def _decode_initialize_share_group_state_request_v0(buf: Buffer, pos: int) -> tu
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_initialize_state_data_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_initialize_state_data_v0(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return InitializeShareGroupStateRequest(group_id=group_id, topics=topics, unknown_tagged_fields=unknown), pos
 

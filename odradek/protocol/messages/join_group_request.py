@@ -112,8 +112,8 @@ def _encode_join_group_request_v0(self: JoinGroupRequest, out: bytearray) -> Non
         raise EncodeError("group_instance_id exists only in versions 5+ and is not ignorable")
     write_string(out, self.protocol_type)
     out += INT32.pack(len(self.protocols))
-    for item in self.protocols:
-        _encode_join_group_request_protocol_v0_5(item, out)
+    for protocols_item in self.protocols:
+        _encode_join_group_request_protocol_v0_5(protocols_item, out)
 
 
 def _decode_join_group_request_v0(buf: Buffer, pos: int) -> tuple[JoinGroupRequest, int]:
@@ -125,8 +125,8 @@ def _decode_join_group_request_v0(buf: Buffer, pos: int) -> tuple[JoinGroupReque
     count, pos = read_array_length(buf, pos, False)
     protocols = []
     for _ in range(count):
-        item, pos = _decode_join_group_request_protocol_v0_5(buf, pos)
-        protocols.append(item)
+        protocols_item, pos = _decode_join_group_request_protocol_v0_5(buf, pos)
+        protocols.append(protocols_item)
     return JoinGroupRequest(group_id=group_id, session_timeout_ms=session_timeout_ms, member_id=member_id, protocol_type=protocol_type, protocols=protocols), pos
 
 
@@ -138,8 +138,8 @@ def _encode_join_group_request_v1_4(self: JoinGroupRequest, out: bytearray) -> N
         raise EncodeError("group_instance_id exists only in versions 5+ and is not ignorable")
     write_string(out, self.protocol_type)
     out += INT32.pack(len(self.protocols))
-    for item in self.protocols:
-        _encode_join_group_request_protocol_v0_5(item, out)
+    for protocols_item in self.protocols:
+        _encode_join_group_request_protocol_v0_5(protocols_item, out)
 
 
 def _decode_join_group_request_v1_4(buf: Buffer, pos: int) -> tuple[JoinGroupRequest, int]:
@@ -151,8 +151,8 @@ def _decode_join_group_request_v1_4(buf: Buffer, pos: int) -> tuple[JoinGroupReq
     count, pos = read_array_length(buf, pos, False)
     protocols = []
     for _ in range(count):
-        item, pos = _decode_join_group_request_protocol_v0_5(buf, pos)
-        protocols.append(item)
+        protocols_item, pos = _decode_join_group_request_protocol_v0_5(buf, pos)
+        protocols.append(protocols_item)
     return JoinGroupRequest(group_id=group_id, session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms, member_id=member_id, protocol_type=protocol_type, protocols=protocols), pos
 
 
@@ -163,8 +163,8 @@ def _encode_join_group_request_v5(self: JoinGroupRequest, out: bytearray) -> Non
     write_nullable_string(out, self.group_instance_id)
     write_string(out, self.protocol_type)
     out += INT32.pack(len(self.protocols))
-    for item in self.protocols:
-        _encode_join_group_request_protocol_v0_5(item, out)
+    for protocols_item in self.protocols:
+        _encode_join_group_request_protocol_v0_5(protocols_item, out)
 
 
 def _decode_join_group_request_v5(buf: Buffer, pos: int) -> tuple[JoinGroupRequest, int]:
@@ -177,8 +177,8 @@ def _decode_join_group_request_v5(buf: Buffer, pos: int) -> tuple[JoinGroupReque
     count, pos = read_array_length(buf, pos, False)
     protocols = []
     for _ in range(count):
-        item, pos = _decode_join_group_request_protocol_v0_5(buf, pos)
-        protocols.append(item)
+        protocols_item, pos = _decode_join_group_request_protocol_v0_5(buf, pos)
+        protocols.append(protocols_item)
     return JoinGroupRequest(group_id=group_id, session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms, member_id=member_id, group_instance_id=group_instance_id, protocol_type=protocol_type, protocols=protocols), pos
 
 
@@ -189,8 +189,8 @@ def _encode_join_group_request_v6_7(self: JoinGroupRequest, out: bytearray) -> N
     write_compact_nullable_string(out, self.group_instance_id)
     write_compact_string(out, self.protocol_type)
     write_uvarint(out, len(self.protocols) + 1)
-    for item in self.protocols:
-        _encode_join_group_request_protocol_v6_9(item, out)
+    for protocols_item in self.protocols:
+        _encode_join_group_request_protocol_v6_9(protocols_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -207,8 +207,8 @@ def _decode_join_group_request_v6_7(buf: Buffer, pos: int) -> tuple[JoinGroupReq
     count, pos = read_compact_array_length(buf, pos, False)
     protocols = []
     for _ in range(count):
-        item, pos = _decode_join_group_request_protocol_v6_9(buf, pos)
-        protocols.append(item)
+        protocols_item, pos = _decode_join_group_request_protocol_v6_9(buf, pos)
+        protocols.append(protocols_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return JoinGroupRequest(group_id=group_id, session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms, member_id=member_id, group_instance_id=group_instance_id, protocol_type=protocol_type, protocols=protocols, unknown_tagged_fields=unknown), pos
 
@@ -220,8 +220,8 @@ def _encode_join_group_request_v8_9(self: JoinGroupRequest, out: bytearray) -> N
     write_compact_nullable_string(out, self.group_instance_id)
     write_compact_string(out, self.protocol_type)
     write_uvarint(out, len(self.protocols) + 1)
-    for item in self.protocols:
-        _encode_join_group_request_protocol_v6_9(item, out)
+    for protocols_item in self.protocols:
+        _encode_join_group_request_protocol_v6_9(protocols_item, out)
     write_compact_nullable_string(out, self.reason)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -239,8 +239,8 @@ def _decode_join_group_request_v8_9(buf: Buffer, pos: int) -> tuple[JoinGroupReq
     count, pos = read_compact_array_length(buf, pos, False)
     protocols = []
     for _ in range(count):
-        item, pos = _decode_join_group_request_protocol_v6_9(buf, pos)
-        protocols.append(item)
+        protocols_item, pos = _decode_join_group_request_protocol_v6_9(buf, pos)
+        protocols.append(protocols_item)
     reason, pos = read_compact_nullable_string(buf, pos)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return JoinGroupRequest(group_id=group_id, session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms, member_id=member_id, group_instance_id=group_instance_id, protocol_type=protocol_type, protocols=protocols, reason=reason, unknown_tagged_fields=unknown), pos

@@ -132,8 +132,8 @@ def _encode_join_group_response_v0_1(self: JoinGroupResponse, out: bytearray) ->
         raise EncodeError("skip_assignment exists only in versions 9+ and is not ignorable")
     write_string(out, self.member_id)
     out += INT32.pack(len(self.members))
-    for item in self.members:
-        _encode_join_group_response_member_v0_4(item, out)
+    for members_item in self.members:
+        _encode_join_group_response_member_v0_4(members_item, out)
 
 
 def _decode_join_group_response_v0_1(buf: Buffer, pos: int) -> tuple[JoinGroupResponse, int]:
@@ -145,8 +145,8 @@ def _decode_join_group_response_v0_1(buf: Buffer, pos: int) -> tuple[JoinGroupRe
     count, pos = read_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_join_group_response_member_v0_4(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_join_group_response_member_v0_4(buf, pos)
+        members.append(members_item)
     return JoinGroupResponse(error_code=error_code, generation_id=generation_id, protocol_name=protocol_name, leader=leader, member_id=member_id, members=members), pos
 
 
@@ -158,8 +158,8 @@ def _encode_join_group_response_v2_4(self: JoinGroupResponse, out: bytearray) ->
         raise EncodeError("skip_assignment exists only in versions 9+ and is not ignorable")
     write_string(out, self.member_id)
     out += INT32.pack(len(self.members))
-    for item in self.members:
-        _encode_join_group_response_member_v0_4(item, out)
+    for members_item in self.members:
+        _encode_join_group_response_member_v0_4(members_item, out)
 
 
 def _decode_join_group_response_v2_4(buf: Buffer, pos: int) -> tuple[JoinGroupResponse, int]:
@@ -171,8 +171,8 @@ def _decode_join_group_response_v2_4(buf: Buffer, pos: int) -> tuple[JoinGroupRe
     count, pos = read_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_join_group_response_member_v0_4(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_join_group_response_member_v0_4(buf, pos)
+        members.append(members_item)
     return JoinGroupResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, generation_id=generation_id, protocol_name=protocol_name, leader=leader, member_id=member_id, members=members), pos
 
 
@@ -184,8 +184,8 @@ def _encode_join_group_response_v5(self: JoinGroupResponse, out: bytearray) -> N
         raise EncodeError("skip_assignment exists only in versions 9+ and is not ignorable")
     write_string(out, self.member_id)
     out += INT32.pack(len(self.members))
-    for item in self.members:
-        _encode_join_group_response_member_v5(item, out)
+    for members_item in self.members:
+        _encode_join_group_response_member_v5(members_item, out)
 
 
 def _decode_join_group_response_v5(buf: Buffer, pos: int) -> tuple[JoinGroupResponse, int]:
@@ -197,8 +197,8 @@ def _decode_join_group_response_v5(buf: Buffer, pos: int) -> tuple[JoinGroupResp
     count, pos = read_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_join_group_response_member_v5(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_join_group_response_member_v5(buf, pos)
+        members.append(members_item)
     return JoinGroupResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, generation_id=generation_id, protocol_name=protocol_name, leader=leader, member_id=member_id, members=members), pos
 
 
@@ -210,8 +210,8 @@ def _encode_join_group_response_v6(self: JoinGroupResponse, out: bytearray) -> N
         raise EncodeError("skip_assignment exists only in versions 9+ and is not ignorable")
     write_compact_string(out, self.member_id)
     write_uvarint(out, len(self.members) + 1)
-    for item in self.members:
-        _encode_join_group_response_member_v6_9(item, out)
+    for members_item in self.members:
+        _encode_join_group_response_member_v6_9(members_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -227,8 +227,8 @@ def _decode_join_group_response_v6(buf: Buffer, pos: int) -> tuple[JoinGroupResp
     count, pos = read_compact_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_join_group_response_member_v6_9(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_join_group_response_member_v6_9(buf, pos)
+        members.append(members_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return JoinGroupResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, generation_id=generation_id, protocol_name=protocol_name, leader=leader, member_id=member_id, members=members, unknown_tagged_fields=unknown), pos
 
@@ -242,8 +242,8 @@ def _encode_join_group_response_v7_8(self: JoinGroupResponse, out: bytearray) ->
         raise EncodeError("skip_assignment exists only in versions 9+ and is not ignorable")
     write_compact_string(out, self.member_id)
     write_uvarint(out, len(self.members) + 1)
-    for item in self.members:
-        _encode_join_group_response_member_v6_9(item, out)
+    for members_item in self.members:
+        _encode_join_group_response_member_v6_9(members_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -260,8 +260,8 @@ def _decode_join_group_response_v7_8(buf: Buffer, pos: int) -> tuple[JoinGroupRe
     count, pos = read_compact_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_join_group_response_member_v6_9(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_join_group_response_member_v6_9(buf, pos)
+        members.append(members_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return JoinGroupResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, generation_id=generation_id, protocol_type=protocol_type, protocol_name=protocol_name, leader=leader, member_id=member_id, members=members, unknown_tagged_fields=unknown), pos
 
@@ -274,8 +274,8 @@ def _encode_join_group_response_v9(self: JoinGroupResponse, out: bytearray) -> N
     out += _BOOL.pack(self.skip_assignment)
     write_compact_string(out, self.member_id)
     write_uvarint(out, len(self.members) + 1)
-    for item in self.members:
-        _encode_join_group_response_member_v6_9(item, out)
+    for members_item in self.members:
+        _encode_join_group_response_member_v6_9(members_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -294,8 +294,8 @@ def _decode_join_group_response_v9(buf: Buffer, pos: int) -> tuple[JoinGroupResp
     count, pos = read_compact_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_join_group_response_member_v6_9(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_join_group_response_member_v6_9(buf, pos)
+        members.append(members_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return JoinGroupResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, generation_id=generation_id, protocol_type=protocol_type, protocol_name=protocol_name, leader=leader, skip_assignment=skip_assignment, member_id=member_id, members=members, unknown_tagged_fields=unknown), pos
 

@@ -336,8 +336,8 @@ def _decode_leader_and_isr_partition_state_v6_7(buf: Buffer, pos: int) -> tuple[
 def _encode_leader_and_isr_topic_state_v2(self: LeaderAndIsrTopicState, out: bytearray) -> None:
     write_string(out, self.topic_name)
     out += INT32.pack(len(self.partition_states))
-    for item in self.partition_states:
-        _encode_leader_and_isr_partition_state_v2(item, out)
+    for partition_states_item in self.partition_states:
+        _encode_leader_and_isr_partition_state_v2(partition_states_item, out)
 
 
 def _decode_leader_and_isr_topic_state_v2(buf: Buffer, pos: int) -> tuple[LeaderAndIsrTopicState, int]:
@@ -345,16 +345,16 @@ def _decode_leader_and_isr_topic_state_v2(buf: Buffer, pos: int) -> tuple[Leader
     count, pos = read_array_length(buf, pos, False)
     partition_states = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_partition_state_v2(buf, pos)
-        partition_states.append(item)
+        partition_states_item, pos = _decode_leader_and_isr_partition_state_v2(buf, pos)
+        partition_states.append(partition_states_item)
     return LeaderAndIsrTopicState(topic_name=topic_name, partition_states=partition_states), pos
 
 
 def _encode_leader_and_isr_topic_state_v3(self: LeaderAndIsrTopicState, out: bytearray) -> None:
     write_string(out, self.topic_name)
     out += INT32.pack(len(self.partition_states))
-    for item in self.partition_states:
-        _encode_leader_and_isr_partition_state_v3(item, out)
+    for partition_states_item in self.partition_states:
+        _encode_leader_and_isr_partition_state_v3(partition_states_item, out)
 
 
 def _decode_leader_and_isr_topic_state_v3(buf: Buffer, pos: int) -> tuple[LeaderAndIsrTopicState, int]:
@@ -362,16 +362,16 @@ def _decode_leader_and_isr_topic_state_v3(buf: Buffer, pos: int) -> tuple[Leader
     count, pos = read_array_length(buf, pos, False)
     partition_states = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_partition_state_v3(buf, pos)
-        partition_states.append(item)
+        partition_states_item, pos = _decode_leader_and_isr_partition_state_v3(buf, pos)
+        partition_states.append(partition_states_item)
     return LeaderAndIsrTopicState(topic_name=topic_name, partition_states=partition_states), pos
 
 
 def _encode_leader_and_isr_topic_state_v4(self: LeaderAndIsrTopicState, out: bytearray) -> None:
     write_compact_string(out, self.topic_name)
     write_uvarint(out, len(self.partition_states) + 1)
-    for item in self.partition_states:
-        _encode_leader_and_isr_partition_state_v4_5(item, out)
+    for partition_states_item in self.partition_states:
+        _encode_leader_and_isr_partition_state_v4_5(partition_states_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -383,8 +383,8 @@ def _decode_leader_and_isr_topic_state_v4(buf: Buffer, pos: int) -> tuple[Leader
     count, pos = read_compact_array_length(buf, pos, False)
     partition_states = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_partition_state_v4_5(buf, pos)
-        partition_states.append(item)
+        partition_states_item, pos = _decode_leader_and_isr_partition_state_v4_5(buf, pos)
+        partition_states.append(partition_states_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return LeaderAndIsrTopicState(topic_name=topic_name, partition_states=partition_states, unknown_tagged_fields=unknown), pos
 
@@ -393,8 +393,8 @@ def _encode_leader_and_isr_topic_state_v5(self: LeaderAndIsrTopicState, out: byt
     write_compact_string(out, self.topic_name)
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partition_states) + 1)
-    for item in self.partition_states:
-        _encode_leader_and_isr_partition_state_v4_5(item, out)
+    for partition_states_item in self.partition_states:
+        _encode_leader_and_isr_partition_state_v4_5(partition_states_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -407,8 +407,8 @@ def _decode_leader_and_isr_topic_state_v5(buf: Buffer, pos: int) -> tuple[Leader
     count, pos = read_compact_array_length(buf, pos, False)
     partition_states = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_partition_state_v4_5(buf, pos)
-        partition_states.append(item)
+        partition_states_item, pos = _decode_leader_and_isr_partition_state_v4_5(buf, pos)
+        partition_states.append(partition_states_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return LeaderAndIsrTopicState(topic_name=topic_name, topic_id=topic_id, partition_states=partition_states, unknown_tagged_fields=unknown), pos
 
@@ -417,8 +417,8 @@ def _encode_leader_and_isr_topic_state_v6_7(self: LeaderAndIsrTopicState, out: b
     write_compact_string(out, self.topic_name)
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partition_states) + 1)
-    for item in self.partition_states:
-        _encode_leader_and_isr_partition_state_v6_7(item, out)
+    for partition_states_item in self.partition_states:
+        _encode_leader_and_isr_partition_state_v6_7(partition_states_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -431,8 +431,8 @@ def _decode_leader_and_isr_topic_state_v6_7(buf: Buffer, pos: int) -> tuple[Lead
     count, pos = read_compact_array_length(buf, pos, False)
     partition_states = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_partition_state_v6_7(buf, pos)
-        partition_states.append(item)
+        partition_states_item, pos = _decode_leader_and_isr_partition_state_v6_7(buf, pos)
+        partition_states.append(partition_states_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return LeaderAndIsrTopicState(topic_name=topic_name, topic_id=topic_id, partition_states=partition_states, unknown_tagged_fields=unknown), pos
 
@@ -479,13 +479,13 @@ def _encode_leader_and_isr_request_v0(self: LeaderAndIsrRequest, out: bytearray)
         raise EncodeError("type exists only in versions 5+ and is not ignorable")
     out += _I32_I32.pack(self.controller_id, self.controller_epoch)
     out += INT32.pack(len(self.ungrouped_partition_states))
-    for item in self.ungrouped_partition_states:
-        _encode_leader_and_isr_partition_state_v0(item, out)
+    for ungrouped_partition_states_item in self.ungrouped_partition_states:
+        _encode_leader_and_isr_partition_state_v0(ungrouped_partition_states_item, out)
     if self.topic_states:
         raise EncodeError("topic_states exists only in versions 2+ and is not ignorable")
     out += INT32.pack(len(self.live_leaders))
-    for item in self.live_leaders:
-        _encode_leader_and_isr_live_leader_v0_3(item, out)
+    for live_leaders_item in self.live_leaders:
+        _encode_leader_and_isr_live_leader_v0_3(live_leaders_item, out)
 
 
 def _decode_leader_and_isr_request_v0(buf: Buffer, pos: int) -> tuple[LeaderAndIsrRequest, int]:
@@ -494,13 +494,13 @@ def _decode_leader_and_isr_request_v0(buf: Buffer, pos: int) -> tuple[LeaderAndI
     count, pos = read_array_length(buf, pos, False)
     ungrouped_partition_states = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_partition_state_v0(buf, pos)
-        ungrouped_partition_states.append(item)
+        ungrouped_partition_states_item, pos = _decode_leader_and_isr_partition_state_v0(buf, pos)
+        ungrouped_partition_states.append(ungrouped_partition_states_item)
     count, pos = read_array_length(buf, pos, False)
     live_leaders = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_live_leader_v0_3(buf, pos)
-        live_leaders.append(item)
+        live_leaders_item, pos = _decode_leader_and_isr_live_leader_v0_3(buf, pos)
+        live_leaders.append(live_leaders_item)
     return LeaderAndIsrRequest(controller_id=controller_id, controller_epoch=controller_epoch, ungrouped_partition_states=ungrouped_partition_states, live_leaders=live_leaders), pos
 
 
@@ -511,13 +511,13 @@ def _encode_leader_and_isr_request_v1(self: LeaderAndIsrRequest, out: bytearray)
         raise EncodeError("type exists only in versions 5+ and is not ignorable")
     out += _I32_I32.pack(self.controller_id, self.controller_epoch)
     out += INT32.pack(len(self.ungrouped_partition_states))
-    for item in self.ungrouped_partition_states:
-        _encode_leader_and_isr_partition_state_v1(item, out)
+    for ungrouped_partition_states_item in self.ungrouped_partition_states:
+        _encode_leader_and_isr_partition_state_v1(ungrouped_partition_states_item, out)
     if self.topic_states:
         raise EncodeError("topic_states exists only in versions 2+ and is not ignorable")
     out += INT32.pack(len(self.live_leaders))
-    for item in self.live_leaders:
-        _encode_leader_and_isr_live_leader_v0_3(item, out)
+    for live_leaders_item in self.live_leaders:
+        _encode_leader_and_isr_live_leader_v0_3(live_leaders_item, out)
 
 
 def _decode_leader_and_isr_request_v1(buf: Buffer, pos: int) -> tuple[LeaderAndIsrRequest, int]:
@@ -526,13 +526,13 @@ def _decode_leader_and_isr_request_v1(buf: Buffer, pos: int) -> tuple[LeaderAndI
     count, pos = read_array_length(buf, pos, False)
     ungrouped_partition_states = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_partition_state_v1(buf, pos)
-        ungrouped_partition_states.append(item)
+        ungrouped_partition_states_item, pos = _decode_leader_and_isr_partition_state_v1(buf, pos)
+        ungrouped_partition_states.append(ungrouped_partition_states_item)
     count, pos = read_array_length(buf, pos, False)
     live_leaders = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_live_leader_v0_3(buf, pos)
-        live_leaders.append(item)
+        live_leaders_item, pos = _decode_leader_and_isr_live_leader_v0_3(buf, pos)
+        live_leaders.append(live_leaders_item)
     return LeaderAndIsrRequest(controller_id=controller_id, controller_epoch=controller_epoch, ungrouped_partition_states=ungrouped_partition_states, live_leaders=live_leaders), pos
 
 
@@ -545,11 +545,11 @@ def _encode_leader_and_isr_request_v2(self: LeaderAndIsrRequest, out: bytearray)
         raise EncodeError("ungrouped_partition_states exists only in versions 0-1 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     out += INT32.pack(len(self.topic_states))
-    for item in self.topic_states:
-        _encode_leader_and_isr_topic_state_v2(item, out)
+    for topic_states_item in self.topic_states:
+        _encode_leader_and_isr_topic_state_v2(topic_states_item, out)
     out += INT32.pack(len(self.live_leaders))
-    for item in self.live_leaders:
-        _encode_leader_and_isr_live_leader_v0_3(item, out)
+    for live_leaders_item in self.live_leaders:
+        _encode_leader_and_isr_live_leader_v0_3(live_leaders_item, out)
 
 
 def _decode_leader_and_isr_request_v2(buf: Buffer, pos: int) -> tuple[LeaderAndIsrRequest, int]:
@@ -558,13 +558,13 @@ def _decode_leader_and_isr_request_v2(buf: Buffer, pos: int) -> tuple[LeaderAndI
     count, pos = read_array_length(buf, pos, False)
     topic_states = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_topic_state_v2(buf, pos)
-        topic_states.append(item)
+        topic_states_item, pos = _decode_leader_and_isr_topic_state_v2(buf, pos)
+        topic_states.append(topic_states_item)
     count, pos = read_array_length(buf, pos, False)
     live_leaders = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_live_leader_v0_3(buf, pos)
-        live_leaders.append(item)
+        live_leaders_item, pos = _decode_leader_and_isr_live_leader_v0_3(buf, pos)
+        live_leaders.append(live_leaders_item)
     return LeaderAndIsrRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, topic_states=topic_states, live_leaders=live_leaders), pos
 
 
@@ -577,11 +577,11 @@ def _encode_leader_and_isr_request_v3(self: LeaderAndIsrRequest, out: bytearray)
         raise EncodeError("ungrouped_partition_states exists only in versions 0-1 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     out += INT32.pack(len(self.topic_states))
-    for item in self.topic_states:
-        _encode_leader_and_isr_topic_state_v3(item, out)
+    for topic_states_item in self.topic_states:
+        _encode_leader_and_isr_topic_state_v3(topic_states_item, out)
     out += INT32.pack(len(self.live_leaders))
-    for item in self.live_leaders:
-        _encode_leader_and_isr_live_leader_v0_3(item, out)
+    for live_leaders_item in self.live_leaders:
+        _encode_leader_and_isr_live_leader_v0_3(live_leaders_item, out)
 
 
 def _decode_leader_and_isr_request_v3(buf: Buffer, pos: int) -> tuple[LeaderAndIsrRequest, int]:
@@ -590,13 +590,13 @@ def _decode_leader_and_isr_request_v3(buf: Buffer, pos: int) -> tuple[LeaderAndI
     count, pos = read_array_length(buf, pos, False)
     topic_states = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_topic_state_v3(buf, pos)
-        topic_states.append(item)
+        topic_states_item, pos = _decode_leader_and_isr_topic_state_v3(buf, pos)
+        topic_states.append(topic_states_item)
     count, pos = read_array_length(buf, pos, False)
     live_leaders = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_live_leader_v0_3(buf, pos)
-        live_leaders.append(item)
+        live_leaders_item, pos = _decode_leader_and_isr_live_leader_v0_3(buf, pos)
+        live_leaders.append(live_leaders_item)
     return LeaderAndIsrRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, topic_states=topic_states, live_leaders=live_leaders), pos
 
 
@@ -609,11 +609,11 @@ def _encode_leader_and_isr_request_v4(self: LeaderAndIsrRequest, out: bytearray)
         raise EncodeError("ungrouped_partition_states exists only in versions 0-1 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     write_uvarint(out, len(self.topic_states) + 1)
-    for item in self.topic_states:
-        _encode_leader_and_isr_topic_state_v4(item, out)
+    for topic_states_item in self.topic_states:
+        _encode_leader_and_isr_topic_state_v4(topic_states_item, out)
     write_uvarint(out, len(self.live_leaders) + 1)
-    for item in self.live_leaders:
-        _encode_leader_and_isr_live_leader_v4_7(item, out)
+    for live_leaders_item in self.live_leaders:
+        _encode_leader_and_isr_live_leader_v4_7(live_leaders_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -626,13 +626,13 @@ def _decode_leader_and_isr_request_v4(buf: Buffer, pos: int) -> tuple[LeaderAndI
     count, pos = read_compact_array_length(buf, pos, False)
     topic_states = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_topic_state_v4(buf, pos)
-        topic_states.append(item)
+        topic_states_item, pos = _decode_leader_and_isr_topic_state_v4(buf, pos)
+        topic_states.append(topic_states_item)
     count, pos = read_compact_array_length(buf, pos, False)
     live_leaders = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_live_leader_v4_7(buf, pos)
-        live_leaders.append(item)
+        live_leaders_item, pos = _decode_leader_and_isr_live_leader_v4_7(buf, pos)
+        live_leaders.append(live_leaders_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return LeaderAndIsrRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, topic_states=topic_states, live_leaders=live_leaders, unknown_tagged_fields=unknown), pos
 
@@ -644,11 +644,11 @@ def _encode_leader_and_isr_request_v5(self: LeaderAndIsrRequest, out: bytearray)
         raise EncodeError("ungrouped_partition_states exists only in versions 0-1 and is not ignorable")
     out += _I32_I32_I64_I8.pack(self.controller_id, self.controller_epoch, self.broker_epoch, self.type)
     write_uvarint(out, len(self.topic_states) + 1)
-    for item in self.topic_states:
-        _encode_leader_and_isr_topic_state_v5(item, out)
+    for topic_states_item in self.topic_states:
+        _encode_leader_and_isr_topic_state_v5(topic_states_item, out)
     write_uvarint(out, len(self.live_leaders) + 1)
-    for item in self.live_leaders:
-        _encode_leader_and_isr_live_leader_v4_7(item, out)
+    for live_leaders_item in self.live_leaders:
+        _encode_leader_and_isr_live_leader_v4_7(live_leaders_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -661,13 +661,13 @@ def _decode_leader_and_isr_request_v5(buf: Buffer, pos: int) -> tuple[LeaderAndI
     count, pos = read_compact_array_length(buf, pos, False)
     topic_states = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_topic_state_v5(buf, pos)
-        topic_states.append(item)
+        topic_states_item, pos = _decode_leader_and_isr_topic_state_v5(buf, pos)
+        topic_states.append(topic_states_item)
     count, pos = read_compact_array_length(buf, pos, False)
     live_leaders = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_live_leader_v4_7(buf, pos)
-        live_leaders.append(item)
+        live_leaders_item, pos = _decode_leader_and_isr_live_leader_v4_7(buf, pos)
+        live_leaders.append(live_leaders_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return LeaderAndIsrRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, type=type, topic_states=topic_states, live_leaders=live_leaders, unknown_tagged_fields=unknown), pos
 
@@ -679,11 +679,11 @@ def _encode_leader_and_isr_request_v6(self: LeaderAndIsrRequest, out: bytearray)
         raise EncodeError("ungrouped_partition_states exists only in versions 0-1 and is not ignorable")
     out += _I32_I32_I64_I8.pack(self.controller_id, self.controller_epoch, self.broker_epoch, self.type)
     write_uvarint(out, len(self.topic_states) + 1)
-    for item in self.topic_states:
-        _encode_leader_and_isr_topic_state_v6_7(item, out)
+    for topic_states_item in self.topic_states:
+        _encode_leader_and_isr_topic_state_v6_7(topic_states_item, out)
     write_uvarint(out, len(self.live_leaders) + 1)
-    for item in self.live_leaders:
-        _encode_leader_and_isr_live_leader_v4_7(item, out)
+    for live_leaders_item in self.live_leaders:
+        _encode_leader_and_isr_live_leader_v4_7(live_leaders_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -696,13 +696,13 @@ def _decode_leader_and_isr_request_v6(buf: Buffer, pos: int) -> tuple[LeaderAndI
     count, pos = read_compact_array_length(buf, pos, False)
     topic_states = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_topic_state_v6_7(buf, pos)
-        topic_states.append(item)
+        topic_states_item, pos = _decode_leader_and_isr_topic_state_v6_7(buf, pos)
+        topic_states.append(topic_states_item)
     count, pos = read_compact_array_length(buf, pos, False)
     live_leaders = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_live_leader_v4_7(buf, pos)
-        live_leaders.append(item)
+        live_leaders_item, pos = _decode_leader_and_isr_live_leader_v4_7(buf, pos)
+        live_leaders.append(live_leaders_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return LeaderAndIsrRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, type=type, topic_states=topic_states, live_leaders=live_leaders, unknown_tagged_fields=unknown), pos
 
@@ -712,11 +712,11 @@ def _encode_leader_and_isr_request_v7(self: LeaderAndIsrRequest, out: bytearray)
         raise EncodeError("ungrouped_partition_states exists only in versions 0-1 and is not ignorable")
     out += _I32_BOOL_I32_I64_I8.pack(self.controller_id, self.is_k_raft_controller, self.controller_epoch, self.broker_epoch, self.type)
     write_uvarint(out, len(self.topic_states) + 1)
-    for item in self.topic_states:
-        _encode_leader_and_isr_topic_state_v6_7(item, out)
+    for topic_states_item in self.topic_states:
+        _encode_leader_and_isr_topic_state_v6_7(topic_states_item, out)
     write_uvarint(out, len(self.live_leaders) + 1)
-    for item in self.live_leaders:
-        _encode_leader_and_isr_live_leader_v4_7(item, out)
+    for live_leaders_item in self.live_leaders:
+        _encode_leader_and_isr_live_leader_v4_7(live_leaders_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -729,13 +729,13 @@ def _decode_leader_and_isr_request_v7(buf: Buffer, pos: int) -> tuple[LeaderAndI
     count, pos = read_compact_array_length(buf, pos, False)
     topic_states = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_topic_state_v6_7(buf, pos)
-        topic_states.append(item)
+        topic_states_item, pos = _decode_leader_and_isr_topic_state_v6_7(buf, pos)
+        topic_states.append(topic_states_item)
     count, pos = read_compact_array_length(buf, pos, False)
     live_leaders = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_live_leader_v4_7(buf, pos)
-        live_leaders.append(item)
+        live_leaders_item, pos = _decode_leader_and_isr_live_leader_v4_7(buf, pos)
+        live_leaders.append(live_leaders_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return LeaderAndIsrRequest(controller_id=controller_id, is_k_raft_controller=is_k_raft_controller, controller_epoch=controller_epoch, broker_epoch=broker_epoch, type=type, topic_states=topic_states, live_leaders=live_leaders, unknown_tagged_fields=unknown), pos
 

@@ -123,8 +123,8 @@ def _decode_leader_and_isr_partition_error_v5_7(buf: Buffer, pos: int) -> tuple[
 def _encode_leader_and_isr_topic_error_v5_7(self: LeaderAndIsrTopicError, out: bytearray) -> None:
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partition_errors) + 1)
-    for item in self.partition_errors:
-        _encode_leader_and_isr_partition_error_v5_7(item, out)
+    for partition_errors_item in self.partition_errors:
+        _encode_leader_and_isr_partition_error_v5_7(partition_errors_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -136,8 +136,8 @@ def _decode_leader_and_isr_topic_error_v5_7(buf: Buffer, pos: int) -> tuple[Lead
     count, pos = read_compact_array_length(buf, pos, False)
     partition_errors = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_partition_error_v5_7(buf, pos)
-        partition_errors.append(item)
+        partition_errors_item, pos = _decode_leader_and_isr_partition_error_v5_7(buf, pos)
+        partition_errors.append(partition_errors_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return LeaderAndIsrTopicError(topic_id=topic_id, partition_errors=partition_errors, unknown_tagged_fields=unknown), pos
 
@@ -145,8 +145,8 @@ def _decode_leader_and_isr_topic_error_v5_7(buf: Buffer, pos: int) -> tuple[Lead
 def _encode_leader_and_isr_response_v0_3(self: LeaderAndIsrResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     out += INT32.pack(len(self.partition_errors))
-    for item in self.partition_errors:
-        _encode_leader_and_isr_partition_error_v0_3(item, out)
+    for partition_errors_item in self.partition_errors:
+        _encode_leader_and_isr_partition_error_v0_3(partition_errors_item, out)
     if self.topics:
         raise EncodeError("topics exists only in versions 5+ and is not ignorable")
 
@@ -157,16 +157,16 @@ def _decode_leader_and_isr_response_v0_3(buf: Buffer, pos: int) -> tuple[LeaderA
     count, pos = read_array_length(buf, pos, False)
     partition_errors = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_partition_error_v0_3(buf, pos)
-        partition_errors.append(item)
+        partition_errors_item, pos = _decode_leader_and_isr_partition_error_v0_3(buf, pos)
+        partition_errors.append(partition_errors_item)
     return LeaderAndIsrResponse(error_code=error_code, partition_errors=partition_errors), pos
 
 
 def _encode_leader_and_isr_response_v4(self: LeaderAndIsrResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     write_uvarint(out, len(self.partition_errors) + 1)
-    for item in self.partition_errors:
-        _encode_leader_and_isr_partition_error_v4(item, out)
+    for partition_errors_item in self.partition_errors:
+        _encode_leader_and_isr_partition_error_v4(partition_errors_item, out)
     if self.topics:
         raise EncodeError("topics exists only in versions 5+ and is not ignorable")
     if self.unknown_tagged_fields:
@@ -181,8 +181,8 @@ def _decode_leader_and_isr_response_v4(buf: Buffer, pos: int) -> tuple[LeaderAnd
     count, pos = read_compact_array_length(buf, pos, False)
     partition_errors = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_partition_error_v4(buf, pos)
-        partition_errors.append(item)
+        partition_errors_item, pos = _decode_leader_and_isr_partition_error_v4(buf, pos)
+        partition_errors.append(partition_errors_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return LeaderAndIsrResponse(error_code=error_code, partition_errors=partition_errors, unknown_tagged_fields=unknown), pos
 
@@ -192,8 +192,8 @@ def _encode_leader_and_isr_response_v5_7(self: LeaderAndIsrResponse, out: bytear
         raise EncodeError("partition_errors exists only in versions 0-4 and is not ignorable")
     out += _I16.pack(self.error_code)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_leader_and_isr_topic_error_v5_7(item, out)
+    for topics_item in self.topics:
+        _encode_leader_and_isr_topic_error_v5_7(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -206,8 +206,8 @@ def _decode_leader_and_isr_response_v5_7(buf: Buffer, pos: int) -> tuple[LeaderA
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_leader_and_isr_topic_error_v5_7(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_leader_and_isr_topic_error_v5_7(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return LeaderAndIsrResponse(error_code=error_code, topics=topics, unknown_tagged_fields=unknown), pos
 

@@ -94,11 +94,11 @@ def _decode_voter_v1(buf: Buffer, pos: int) -> tuple[Voter, int]:
 def _encode_leader_change_message_v0(self: LeaderChangeMessage, out: bytearray) -> None:
     out += _I16_I32.pack(self.version, self.leader_id)
     write_uvarint(out, len(self.voters) + 1)
-    for item in self.voters:
-        _encode_voter_v0(item, out)
+    for voters_item in self.voters:
+        _encode_voter_v0(voters_item, out)
     write_uvarint(out, len(self.granting_voters) + 1)
-    for item in self.granting_voters:
-        _encode_voter_v0(item, out)
+    for granting_voters_item in self.granting_voters:
+        _encode_voter_v0(granting_voters_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -111,13 +111,13 @@ def _decode_leader_change_message_v0(buf: Buffer, pos: int) -> tuple[LeaderChang
     count, pos = read_compact_array_length(buf, pos, False)
     voters = []
     for _ in range(count):
-        item, pos = _decode_voter_v0(buf, pos)
-        voters.append(item)
+        voters_item, pos = _decode_voter_v0(buf, pos)
+        voters.append(voters_item)
     count, pos = read_compact_array_length(buf, pos, False)
     granting_voters = []
     for _ in range(count):
-        item, pos = _decode_voter_v0(buf, pos)
-        granting_voters.append(item)
+        granting_voters_item, pos = _decode_voter_v0(buf, pos)
+        granting_voters.append(granting_voters_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return LeaderChangeMessage(version=version, leader_id=leader_id, voters=voters, granting_voters=granting_voters, unknown_tagged_fields=unknown), pos
 
@@ -125,11 +125,11 @@ def _decode_leader_change_message_v0(buf: Buffer, pos: int) -> tuple[LeaderChang
 def _encode_leader_change_message_v1(self: LeaderChangeMessage, out: bytearray) -> None:
     out += _I16_I32.pack(self.version, self.leader_id)
     write_uvarint(out, len(self.voters) + 1)
-    for item in self.voters:
-        _encode_voter_v1(item, out)
+    for voters_item in self.voters:
+        _encode_voter_v1(voters_item, out)
     write_uvarint(out, len(self.granting_voters) + 1)
-    for item in self.granting_voters:
-        _encode_voter_v1(item, out)
+    for granting_voters_item in self.granting_voters:
+        _encode_voter_v1(granting_voters_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -142,13 +142,13 @@ def _decode_leader_change_message_v1(buf: Buffer, pos: int) -> tuple[LeaderChang
     count, pos = read_compact_array_length(buf, pos, False)
     voters = []
     for _ in range(count):
-        item, pos = _decode_voter_v1(buf, pos)
-        voters.append(item)
+        voters_item, pos = _decode_voter_v1(buf, pos)
+        voters.append(voters_item)
     count, pos = read_compact_array_length(buf, pos, False)
     granting_voters = []
     for _ in range(count):
-        item, pos = _decode_voter_v1(buf, pos)
-        granting_voters.append(item)
+        granting_voters_item, pos = _decode_voter_v1(buf, pos)
+        granting_voters.append(granting_voters_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return LeaderChangeMessage(version=version, leader_id=leader_id, voters=voters, granting_voters=granting_voters, unknown_tagged_fields=unknown), pos
 

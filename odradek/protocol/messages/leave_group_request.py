@@ -124,8 +124,8 @@ def _encode_leave_group_request_v3(self: LeaveGroupRequest, out: bytearray) -> N
     if self.member_id:
         raise EncodeError("member_id exists only in versions 0-2 and is not ignorable")
     out += INT32.pack(len(self.members))
-    for item in self.members:
-        _encode_member_identity_v3(item, out)
+    for members_item in self.members:
+        _encode_member_identity_v3(members_item, out)
 
 
 def _decode_leave_group_request_v3(buf: Buffer, pos: int) -> tuple[LeaveGroupRequest, int]:
@@ -133,8 +133,8 @@ def _decode_leave_group_request_v3(buf: Buffer, pos: int) -> tuple[LeaveGroupReq
     count, pos = read_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_member_identity_v3(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_member_identity_v3(buf, pos)
+        members.append(members_item)
     return LeaveGroupRequest(group_id=group_id, members=members), pos
 
 
@@ -143,8 +143,8 @@ def _encode_leave_group_request_v4(self: LeaveGroupRequest, out: bytearray) -> N
     if self.member_id:
         raise EncodeError("member_id exists only in versions 0-2 and is not ignorable")
     write_uvarint(out, len(self.members) + 1)
-    for item in self.members:
-        _encode_member_identity_v4(item, out)
+    for members_item in self.members:
+        _encode_member_identity_v4(members_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -156,8 +156,8 @@ def _decode_leave_group_request_v4(buf: Buffer, pos: int) -> tuple[LeaveGroupReq
     count, pos = read_compact_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_member_identity_v4(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_member_identity_v4(buf, pos)
+        members.append(members_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return LeaveGroupRequest(group_id=group_id, members=members, unknown_tagged_fields=unknown), pos
 
@@ -167,8 +167,8 @@ def _encode_leave_group_request_v5(self: LeaveGroupRequest, out: bytearray) -> N
     if self.member_id:
         raise EncodeError("member_id exists only in versions 0-2 and is not ignorable")
     write_uvarint(out, len(self.members) + 1)
-    for item in self.members:
-        _encode_member_identity_v5(item, out)
+    for members_item in self.members:
+        _encode_member_identity_v5(members_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -180,8 +180,8 @@ def _decode_leave_group_request_v5(buf: Buffer, pos: int) -> tuple[LeaveGroupReq
     count, pos = read_compact_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_member_identity_v5(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_member_identity_v5(buf, pos)
+        members.append(members_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return LeaveGroupRequest(group_id=group_id, members=members, unknown_tagged_fields=unknown), pos
 

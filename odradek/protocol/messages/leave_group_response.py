@@ -125,8 +125,8 @@ def _decode_leave_group_response_v1_2(buf: Buffer, pos: int) -> tuple[LeaveGroup
 def _encode_leave_group_response_v3(self: LeaveGroupResponse, out: bytearray) -> None:
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     out += INT32.pack(len(self.members))
-    for item in self.members:
-        _encode_member_response_v3(item, out)
+    for members_item in self.members:
+        _encode_member_response_v3(members_item, out)
 
 
 def _decode_leave_group_response_v3(buf: Buffer, pos: int) -> tuple[LeaveGroupResponse, int]:
@@ -135,16 +135,16 @@ def _decode_leave_group_response_v3(buf: Buffer, pos: int) -> tuple[LeaveGroupRe
     count, pos = read_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_member_response_v3(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_member_response_v3(buf, pos)
+        members.append(members_item)
     return LeaveGroupResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, members=members), pos
 
 
 def _encode_leave_group_response_v4_5(self: LeaveGroupResponse, out: bytearray) -> None:
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_uvarint(out, len(self.members) + 1)
-    for item in self.members:
-        _encode_member_response_v4_5(item, out)
+    for members_item in self.members:
+        _encode_member_response_v4_5(members_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -157,8 +157,8 @@ def _decode_leave_group_response_v4_5(buf: Buffer, pos: int) -> tuple[LeaveGroup
     count, pos = read_compact_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_member_response_v4_5(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_member_response_v4_5(buf, pos)
+        members.append(members_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return LeaveGroupResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, members=members, unknown_tagged_fields=unknown), pos
 

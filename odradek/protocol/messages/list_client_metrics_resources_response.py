@@ -68,8 +68,8 @@ def _decode_client_metrics_resource_v0(buf: Buffer, pos: int) -> tuple[ClientMet
 def _encode_list_client_metrics_resources_response_v0(self: ListClientMetricsResourcesResponse, out: bytearray) -> None:
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_uvarint(out, len(self.client_metrics_resources) + 1)
-    for item in self.client_metrics_resources:
-        _encode_client_metrics_resource_v0(item, out)
+    for client_metrics_resources_item in self.client_metrics_resources:
+        _encode_client_metrics_resource_v0(client_metrics_resources_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -82,8 +82,8 @@ def _decode_list_client_metrics_resources_response_v0(buf: Buffer, pos: int) -> 
     count, pos = read_compact_array_length(buf, pos, False)
     client_metrics_resources = []
     for _ in range(count):
-        item, pos = _decode_client_metrics_resource_v0(buf, pos)
-        client_metrics_resources.append(item)
+        client_metrics_resources_item, pos = _decode_client_metrics_resource_v0(buf, pos)
+        client_metrics_resources.append(client_metrics_resources_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ListClientMetricsResourcesResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, client_metrics_resources=client_metrics_resources, unknown_tagged_fields=unknown), pos
 

@@ -66,8 +66,8 @@ def _decode_list_groups_request_v3(buf: Buffer, pos: int) -> tuple[ListGroupsReq
 
 def _encode_list_groups_request_v4(self: ListGroupsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.states_filter) + 1)
-    for item in self.states_filter:
-        write_compact_string(out, item)
+    for states_filter_item in self.states_filter:
+        write_compact_string(out, states_filter_item)
     if self.types_filter:
         raise EncodeError("types_filter exists only in versions 5+ and is not ignorable")
     if self.unknown_tagged_fields:
@@ -80,19 +80,19 @@ def _decode_list_groups_request_v4(buf: Buffer, pos: int) -> tuple[ListGroupsReq
     count, pos = read_compact_array_length(buf, pos, False)
     states_filter = []
     for _ in range(count):
-        item, pos = read_compact_string(buf, pos)
-        states_filter.append(item)
+        states_filter_item, pos = read_compact_string(buf, pos)
+        states_filter.append(states_filter_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ListGroupsRequest(states_filter=states_filter, unknown_tagged_fields=unknown), pos
 
 
 def _encode_list_groups_request_v5(self: ListGroupsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.states_filter) + 1)
-    for item in self.states_filter:
-        write_compact_string(out, item)
+    for states_filter_item in self.states_filter:
+        write_compact_string(out, states_filter_item)
     write_uvarint(out, len(self.types_filter) + 1)
-    for item in self.types_filter:
-        write_compact_string(out, item)
+    for types_filter_item in self.types_filter:
+        write_compact_string(out, types_filter_item)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -103,13 +103,13 @@ def _decode_list_groups_request_v5(buf: Buffer, pos: int) -> tuple[ListGroupsReq
     count, pos = read_compact_array_length(buf, pos, False)
     states_filter = []
     for _ in range(count):
-        item, pos = read_compact_string(buf, pos)
-        states_filter.append(item)
+        states_filter_item, pos = read_compact_string(buf, pos)
+        states_filter.append(states_filter_item)
     count, pos = read_compact_array_length(buf, pos, False)
     types_filter = []
     for _ in range(count):
-        item, pos = read_compact_string(buf, pos)
-        types_filter.append(item)
+        types_filter_item, pos = read_compact_string(buf, pos)
+        types_filter.append(types_filter_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ListGroupsRequest(states_filter=states_filter, types_filter=types_filter, unknown_tagged_fields=unknown), pos
 

@@ -130,8 +130,8 @@ def _decode_listed_group_v5(buf: Buffer, pos: int) -> tuple[ListedGroup, int]:
 def _encode_list_groups_response_v0(self: ListGroupsResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     out += INT32.pack(len(self.groups))
-    for item in self.groups:
-        _encode_listed_group_v0_2(item, out)
+    for groups_item in self.groups:
+        _encode_listed_group_v0_2(groups_item, out)
 
 
 def _decode_list_groups_response_v0(buf: Buffer, pos: int) -> tuple[ListGroupsResponse, int]:
@@ -140,16 +140,16 @@ def _decode_list_groups_response_v0(buf: Buffer, pos: int) -> tuple[ListGroupsRe
     count, pos = read_array_length(buf, pos, False)
     groups = []
     for _ in range(count):
-        item, pos = _decode_listed_group_v0_2(buf, pos)
-        groups.append(item)
+        groups_item, pos = _decode_listed_group_v0_2(buf, pos)
+        groups.append(groups_item)
     return ListGroupsResponse(error_code=error_code, groups=groups), pos
 
 
 def _encode_list_groups_response_v1_2(self: ListGroupsResponse, out: bytearray) -> None:
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     out += INT32.pack(len(self.groups))
-    for item in self.groups:
-        _encode_listed_group_v0_2(item, out)
+    for groups_item in self.groups:
+        _encode_listed_group_v0_2(groups_item, out)
 
 
 def _decode_list_groups_response_v1_2(buf: Buffer, pos: int) -> tuple[ListGroupsResponse, int]:
@@ -158,16 +158,16 @@ def _decode_list_groups_response_v1_2(buf: Buffer, pos: int) -> tuple[ListGroups
     count, pos = read_array_length(buf, pos, False)
     groups = []
     for _ in range(count):
-        item, pos = _decode_listed_group_v0_2(buf, pos)
-        groups.append(item)
+        groups_item, pos = _decode_listed_group_v0_2(buf, pos)
+        groups.append(groups_item)
     return ListGroupsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, groups=groups), pos
 
 
 def _encode_list_groups_response_v3(self: ListGroupsResponse, out: bytearray) -> None:
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_uvarint(out, len(self.groups) + 1)
-    for item in self.groups:
-        _encode_listed_group_v3(item, out)
+    for groups_item in self.groups:
+        _encode_listed_group_v3(groups_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -180,8 +180,8 @@ def _decode_list_groups_response_v3(buf: Buffer, pos: int) -> tuple[ListGroupsRe
     count, pos = read_compact_array_length(buf, pos, False)
     groups = []
     for _ in range(count):
-        item, pos = _decode_listed_group_v3(buf, pos)
-        groups.append(item)
+        groups_item, pos = _decode_listed_group_v3(buf, pos)
+        groups.append(groups_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ListGroupsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, groups=groups, unknown_tagged_fields=unknown), pos
 
@@ -189,8 +189,8 @@ def _decode_list_groups_response_v3(buf: Buffer, pos: int) -> tuple[ListGroupsRe
 def _encode_list_groups_response_v4(self: ListGroupsResponse, out: bytearray) -> None:
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_uvarint(out, len(self.groups) + 1)
-    for item in self.groups:
-        _encode_listed_group_v4(item, out)
+    for groups_item in self.groups:
+        _encode_listed_group_v4(groups_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -203,8 +203,8 @@ def _decode_list_groups_response_v4(buf: Buffer, pos: int) -> tuple[ListGroupsRe
     count, pos = read_compact_array_length(buf, pos, False)
     groups = []
     for _ in range(count):
-        item, pos = _decode_listed_group_v4(buf, pos)
-        groups.append(item)
+        groups_item, pos = _decode_listed_group_v4(buf, pos)
+        groups.append(groups_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ListGroupsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, groups=groups, unknown_tagged_fields=unknown), pos
 
@@ -212,8 +212,8 @@ def _decode_list_groups_response_v4(buf: Buffer, pos: int) -> tuple[ListGroupsRe
 def _encode_list_groups_response_v5(self: ListGroupsResponse, out: bytearray) -> None:
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_uvarint(out, len(self.groups) + 1)
-    for item in self.groups:
-        _encode_listed_group_v5(item, out)
+    for groups_item in self.groups:
+        _encode_listed_group_v5(groups_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -226,8 +226,8 @@ def _decode_list_groups_response_v5(buf: Buffer, pos: int) -> tuple[ListGroupsRe
     count, pos = read_compact_array_length(buf, pos, False)
     groups = []
     for _ in range(count):
-        item, pos = _decode_listed_group_v5(buf, pos)
-        groups.append(item)
+        groups_item, pos = _decode_listed_group_v5(buf, pos)
+        groups.append(groups_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ListGroupsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, groups=groups, unknown_tagged_fields=unknown), pos
 

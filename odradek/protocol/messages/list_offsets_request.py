@@ -134,8 +134,8 @@ def _decode_list_offsets_partition_v6_10(buf: Buffer, pos: int) -> tuple[ListOff
 def _encode_list_offsets_topic_v0(self: ListOffsetsTopic, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_list_offsets_partition_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_list_offsets_partition_v0(partitions_item, out)
 
 
 def _decode_list_offsets_topic_v0(buf: Buffer, pos: int) -> tuple[ListOffsetsTopic, int]:
@@ -143,16 +143,16 @@ def _decode_list_offsets_topic_v0(buf: Buffer, pos: int) -> tuple[ListOffsetsTop
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_partition_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_list_offsets_partition_v0(buf, pos)
+        partitions.append(partitions_item)
     return ListOffsetsTopic(name=name, partitions=partitions), pos
 
 
 def _encode_list_offsets_topic_v1_3(self: ListOffsetsTopic, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_list_offsets_partition_v1_3(item, out)
+    for partitions_item in self.partitions:
+        _encode_list_offsets_partition_v1_3(partitions_item, out)
 
 
 def _decode_list_offsets_topic_v1_3(buf: Buffer, pos: int) -> tuple[ListOffsetsTopic, int]:
@@ -160,16 +160,16 @@ def _decode_list_offsets_topic_v1_3(buf: Buffer, pos: int) -> tuple[ListOffsetsT
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_partition_v1_3(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_list_offsets_partition_v1_3(buf, pos)
+        partitions.append(partitions_item)
     return ListOffsetsTopic(name=name, partitions=partitions), pos
 
 
 def _encode_list_offsets_topic_v4_5(self: ListOffsetsTopic, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_list_offsets_partition_v4_5(item, out)
+    for partitions_item in self.partitions:
+        _encode_list_offsets_partition_v4_5(partitions_item, out)
 
 
 def _decode_list_offsets_topic_v4_5(buf: Buffer, pos: int) -> tuple[ListOffsetsTopic, int]:
@@ -177,16 +177,16 @@ def _decode_list_offsets_topic_v4_5(buf: Buffer, pos: int) -> tuple[ListOffsetsT
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_partition_v4_5(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_list_offsets_partition_v4_5(buf, pos)
+        partitions.append(partitions_item)
     return ListOffsetsTopic(name=name, partitions=partitions), pos
 
 
 def _encode_list_offsets_topic_v6_10(self: ListOffsetsTopic, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_list_offsets_partition_v6_10(item, out)
+    for partitions_item in self.partitions:
+        _encode_list_offsets_partition_v6_10(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -198,8 +198,8 @@ def _decode_list_offsets_topic_v6_10(buf: Buffer, pos: int) -> tuple[ListOffsets
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_partition_v6_10(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_list_offsets_partition_v6_10(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ListOffsetsTopic(name=name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -209,8 +209,8 @@ def _encode_list_offsets_request_v0(self: ListOffsetsRequest, out: bytearray) ->
         raise EncodeError("isolation_level exists only in versions 2+ and is not ignorable")
     out += _I32.pack(self.replica_id)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_list_offsets_topic_v0(item, out)
+    for topics_item in self.topics:
+        _encode_list_offsets_topic_v0(topics_item, out)
 
 
 def _decode_list_offsets_request_v0(buf: Buffer, pos: int) -> tuple[ListOffsetsRequest, int]:
@@ -219,8 +219,8 @@ def _decode_list_offsets_request_v0(buf: Buffer, pos: int) -> tuple[ListOffsetsR
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_topic_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_list_offsets_topic_v0(buf, pos)
+        topics.append(topics_item)
     return ListOffsetsRequest(replica_id=replica_id, topics=topics), pos
 
 
@@ -229,8 +229,8 @@ def _encode_list_offsets_request_v1(self: ListOffsetsRequest, out: bytearray) ->
         raise EncodeError("isolation_level exists only in versions 2+ and is not ignorable")
     out += _I32.pack(self.replica_id)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_list_offsets_topic_v1_3(item, out)
+    for topics_item in self.topics:
+        _encode_list_offsets_topic_v1_3(topics_item, out)
 
 
 def _decode_list_offsets_request_v1(buf: Buffer, pos: int) -> tuple[ListOffsetsRequest, int]:
@@ -239,16 +239,16 @@ def _decode_list_offsets_request_v1(buf: Buffer, pos: int) -> tuple[ListOffsetsR
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_topic_v1_3(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_list_offsets_topic_v1_3(buf, pos)
+        topics.append(topics_item)
     return ListOffsetsRequest(replica_id=replica_id, topics=topics), pos
 
 
 def _encode_list_offsets_request_v2_3(self: ListOffsetsRequest, out: bytearray) -> None:
     out += _I32_I8.pack(self.replica_id, self.isolation_level)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_list_offsets_topic_v1_3(item, out)
+    for topics_item in self.topics:
+        _encode_list_offsets_topic_v1_3(topics_item, out)
 
 
 def _decode_list_offsets_request_v2_3(buf: Buffer, pos: int) -> tuple[ListOffsetsRequest, int]:
@@ -257,16 +257,16 @@ def _decode_list_offsets_request_v2_3(buf: Buffer, pos: int) -> tuple[ListOffset
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_topic_v1_3(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_list_offsets_topic_v1_3(buf, pos)
+        topics.append(topics_item)
     return ListOffsetsRequest(replica_id=replica_id, isolation_level=isolation_level, topics=topics), pos
 
 
 def _encode_list_offsets_request_v4_5(self: ListOffsetsRequest, out: bytearray) -> None:
     out += _I32_I8.pack(self.replica_id, self.isolation_level)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_list_offsets_topic_v4_5(item, out)
+    for topics_item in self.topics:
+        _encode_list_offsets_topic_v4_5(topics_item, out)
 
 
 def _decode_list_offsets_request_v4_5(buf: Buffer, pos: int) -> tuple[ListOffsetsRequest, int]:
@@ -275,16 +275,16 @@ def _decode_list_offsets_request_v4_5(buf: Buffer, pos: int) -> tuple[ListOffset
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_topic_v4_5(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_list_offsets_topic_v4_5(buf, pos)
+        topics.append(topics_item)
     return ListOffsetsRequest(replica_id=replica_id, isolation_level=isolation_level, topics=topics), pos
 
 
 def _encode_list_offsets_request_v6_9(self: ListOffsetsRequest, out: bytearray) -> None:
     out += _I32_I8.pack(self.replica_id, self.isolation_level)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_list_offsets_topic_v6_10(item, out)
+    for topics_item in self.topics:
+        _encode_list_offsets_topic_v6_10(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -297,8 +297,8 @@ def _decode_list_offsets_request_v6_9(buf: Buffer, pos: int) -> tuple[ListOffset
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_topic_v6_10(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_list_offsets_topic_v6_10(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ListOffsetsRequest(replica_id=replica_id, isolation_level=isolation_level, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -306,8 +306,8 @@ def _decode_list_offsets_request_v6_9(buf: Buffer, pos: int) -> tuple[ListOffset
 def _encode_list_offsets_request_v10(self: ListOffsetsRequest, out: bytearray) -> None:
     out += _I32_I8.pack(self.replica_id, self.isolation_level)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_list_offsets_topic_v6_10(item, out)
+    for topics_item in self.topics:
+        _encode_list_offsets_topic_v6_10(topics_item, out)
     out += _I32.pack(self.timeout_ms)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -321,8 +321,8 @@ def _decode_list_offsets_request_v10(buf: Buffer, pos: int) -> tuple[ListOffsets
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_topic_v6_10(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_list_offsets_topic_v6_10(buf, pos)
+        topics.append(topics_item)
     (timeout_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)

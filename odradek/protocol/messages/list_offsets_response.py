@@ -146,8 +146,8 @@ def _decode_list_offsets_partition_response_v6_10(buf: Buffer, pos: int) -> tupl
 def _encode_list_offsets_topic_response_v0(self: ListOffsetsTopicResponse, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_list_offsets_partition_response_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_list_offsets_partition_response_v0(partitions_item, out)
 
 
 def _decode_list_offsets_topic_response_v0(buf: Buffer, pos: int) -> tuple[ListOffsetsTopicResponse, int]:
@@ -155,16 +155,16 @@ def _decode_list_offsets_topic_response_v0(buf: Buffer, pos: int) -> tuple[ListO
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_partition_response_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_list_offsets_partition_response_v0(buf, pos)
+        partitions.append(partitions_item)
     return ListOffsetsTopicResponse(name=name, partitions=partitions), pos
 
 
 def _encode_list_offsets_topic_response_v1_3(self: ListOffsetsTopicResponse, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_list_offsets_partition_response_v1_3(item, out)
+    for partitions_item in self.partitions:
+        _encode_list_offsets_partition_response_v1_3(partitions_item, out)
 
 
 def _decode_list_offsets_topic_response_v1_3(buf: Buffer, pos: int) -> tuple[ListOffsetsTopicResponse, int]:
@@ -172,16 +172,16 @@ def _decode_list_offsets_topic_response_v1_3(buf: Buffer, pos: int) -> tuple[Lis
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_partition_response_v1_3(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_list_offsets_partition_response_v1_3(buf, pos)
+        partitions.append(partitions_item)
     return ListOffsetsTopicResponse(name=name, partitions=partitions), pos
 
 
 def _encode_list_offsets_topic_response_v4_5(self: ListOffsetsTopicResponse, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_list_offsets_partition_response_v4_5(item, out)
+    for partitions_item in self.partitions:
+        _encode_list_offsets_partition_response_v4_5(partitions_item, out)
 
 
 def _decode_list_offsets_topic_response_v4_5(buf: Buffer, pos: int) -> tuple[ListOffsetsTopicResponse, int]:
@@ -189,16 +189,16 @@ def _decode_list_offsets_topic_response_v4_5(buf: Buffer, pos: int) -> tuple[Lis
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_partition_response_v4_5(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_list_offsets_partition_response_v4_5(buf, pos)
+        partitions.append(partitions_item)
     return ListOffsetsTopicResponse(name=name, partitions=partitions), pos
 
 
 def _encode_list_offsets_topic_response_v6_10(self: ListOffsetsTopicResponse, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_list_offsets_partition_response_v6_10(item, out)
+    for partitions_item in self.partitions:
+        _encode_list_offsets_partition_response_v6_10(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -210,47 +210,47 @@ def _decode_list_offsets_topic_response_v6_10(buf: Buffer, pos: int) -> tuple[Li
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_partition_response_v6_10(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_list_offsets_partition_response_v6_10(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ListOffsetsTopicResponse(name=name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
 
 def _encode_list_offsets_response_v0(self: ListOffsetsResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_list_offsets_topic_response_v0(item, out)
+    for topics_item in self.topics:
+        _encode_list_offsets_topic_response_v0(topics_item, out)
 
 
 def _decode_list_offsets_response_v0(buf: Buffer, pos: int) -> tuple[ListOffsetsResponse, int]:
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_topic_response_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_list_offsets_topic_response_v0(buf, pos)
+        topics.append(topics_item)
     return ListOffsetsResponse(topics=topics), pos
 
 
 def _encode_list_offsets_response_v1(self: ListOffsetsResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_list_offsets_topic_response_v1_3(item, out)
+    for topics_item in self.topics:
+        _encode_list_offsets_topic_response_v1_3(topics_item, out)
 
 
 def _decode_list_offsets_response_v1(buf: Buffer, pos: int) -> tuple[ListOffsetsResponse, int]:
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_topic_response_v1_3(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_list_offsets_topic_response_v1_3(buf, pos)
+        topics.append(topics_item)
     return ListOffsetsResponse(topics=topics), pos
 
 
 def _encode_list_offsets_response_v2_3(self: ListOffsetsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_list_offsets_topic_response_v1_3(item, out)
+    for topics_item in self.topics:
+        _encode_list_offsets_topic_response_v1_3(topics_item, out)
 
 
 def _decode_list_offsets_response_v2_3(buf: Buffer, pos: int) -> tuple[ListOffsetsResponse, int]:
@@ -259,16 +259,16 @@ def _decode_list_offsets_response_v2_3(buf: Buffer, pos: int) -> tuple[ListOffse
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_topic_response_v1_3(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_list_offsets_topic_response_v1_3(buf, pos)
+        topics.append(topics_item)
     return ListOffsetsResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
 
 
 def _encode_list_offsets_response_v4_5(self: ListOffsetsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_list_offsets_topic_response_v4_5(item, out)
+    for topics_item in self.topics:
+        _encode_list_offsets_topic_response_v4_5(topics_item, out)
 
 
 def _decode_list_offsets_response_v4_5(buf: Buffer, pos: int) -> tuple[ListOffsetsResponse, int]:
@@ -277,16 +277,16 @@ def _decode_list_offsets_response_v4_5(buf: Buffer, pos: int) -> tuple[ListOffse
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_topic_response_v4_5(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_list_offsets_topic_response_v4_5(buf, pos)
+        topics.append(topics_item)
     return ListOffsetsResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
 
 
 def _encode_list_offsets_response_v6_10(self: ListOffsetsResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_list_offsets_topic_response_v6_10(item, out)
+    for topics_item in self.topics:
+        _encode_list_offsets_topic_response_v6_10(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -299,8 +299,8 @@ def _decode_list_offsets_response_v6_10(buf: Buffer, pos: int) -> tuple[ListOffs
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_list_offsets_topic_response_v6_10(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_list_offsets_topic_response_v6_10(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ListOffsetsResponse(throttle_time_ms=throttle_time_ms, topics=topics, unknown_tagged_fields=unknown), pos
 

@@ -76,8 +76,8 @@ def _encode_list_partition_reassignments_request_v0(self: ListPartitionReassignm
         out.append(0)
     else:
         write_uvarint(out, len(self.topics) + 1)
-        for item in self.topics:
-            _encode_list_partition_reassignments_topics_v0(item, out)
+        for topics_item in self.topics:
+            _encode_list_partition_reassignments_topics_v0(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -92,8 +92,8 @@ def _decode_list_partition_reassignments_request_v0(buf: Buffer, pos: int) -> tu
     if count >= 0:
         topics = []
         for _ in range(count):
-            item, pos = _decode_list_partition_reassignments_topics_v0(buf, pos)
-            topics.append(item)
+            topics_item, pos = _decode_list_partition_reassignments_topics_v0(buf, pos)
+            topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ListPartitionReassignmentsRequest(timeout_ms=timeout_ms, topics=topics, unknown_tagged_fields=unknown), pos
 

@@ -107,8 +107,8 @@ def _decode_ongoing_partition_reassignment_v0(buf: Buffer, pos: int) -> tuple[On
 def _encode_ongoing_topic_reassignment_v0(self: OngoingTopicReassignment, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_ongoing_partition_reassignment_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_ongoing_partition_reassignment_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -120,8 +120,8 @@ def _decode_ongoing_topic_reassignment_v0(buf: Buffer, pos: int) -> tuple[Ongoin
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_ongoing_partition_reassignment_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_ongoing_partition_reassignment_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return OngoingTopicReassignment(name=name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -130,8 +130,8 @@ def _encode_list_partition_reassignments_response_v0(self: ListPartitionReassign
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_compact_nullable_string(out, self.error_message)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_ongoing_topic_reassignment_v0(item, out)
+    for topics_item in self.topics:
+        _encode_ongoing_topic_reassignment_v0(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -145,8 +145,8 @@ def _decode_list_partition_reassignments_response_v0(buf: Buffer, pos: int) -> t
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_ongoing_topic_reassignment_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_ongoing_topic_reassignment_v0(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ListPartitionReassignmentsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, topics=topics, unknown_tagged_fields=unknown), pos
 

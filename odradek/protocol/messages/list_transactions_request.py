@@ -44,8 +44,8 @@ class ListTransactionsRequest(Message):
 
 def _encode_list_transactions_request_v0(self: ListTransactionsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.state_filters) + 1)
-    for item in self.state_filters:
-        write_compact_string(out, item)
+    for state_filters_item in self.state_filters:
+        write_compact_string(out, state_filters_item)
     write_uvarint(out, len(self.producer_id_filters) + 1)
     out += pack(f">{len(self.producer_id_filters)}q", *self.producer_id_filters)
     if self.duration_filter != -1:
@@ -60,8 +60,8 @@ def _decode_list_transactions_request_v0(buf: Buffer, pos: int) -> tuple[ListTra
     count, pos = read_compact_array_length(buf, pos, False)
     state_filters = []
     for _ in range(count):
-        item, pos = read_compact_string(buf, pos)
-        state_filters.append(item)
+        state_filters_item, pos = read_compact_string(buf, pos)
+        state_filters.append(state_filters_item)
     count, pos = read_compact_array_length(buf, pos, False)
     producer_id_filters = list(unpack_from(f">{count}q", buf, pos))
     pos += 8 * count
@@ -71,8 +71,8 @@ def _decode_list_transactions_request_v0(buf: Buffer, pos: int) -> tuple[ListTra
 
 def _encode_list_transactions_request_v1(self: ListTransactionsRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.state_filters) + 1)
-    for item in self.state_filters:
-        write_compact_string(out, item)
+    for state_filters_item in self.state_filters:
+        write_compact_string(out, state_filters_item)
     write_uvarint(out, len(self.producer_id_filters) + 1)
     out += pack(f">{len(self.producer_id_filters)}q", *self.producer_id_filters)
     out += _I64.pack(self.duration_filter)
@@ -86,8 +86,8 @@ def _decode_list_transactions_request_v1(buf: Buffer, pos: int) -> tuple[ListTra
     count, pos = read_compact_array_length(buf, pos, False)
     state_filters = []
     for _ in range(count):
-        item, pos = read_compact_string(buf, pos)
-        state_filters.append(item)
+        state_filters_item, pos = read_compact_string(buf, pos)
+        state_filters.append(state_filters_item)
     count, pos = read_compact_array_length(buf, pos, False)
     producer_id_filters = list(unpack_from(f">{count}q", buf, pos))
     pos += 8 * count

@@ -80,11 +80,11 @@ def _decode_transaction_state_v0_1(buf: Buffer, pos: int) -> tuple[TransactionSt
 def _encode_list_transactions_response_v0_1(self: ListTransactionsResponse, out: bytearray) -> None:
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_uvarint(out, len(self.unknown_state_filters) + 1)
-    for item in self.unknown_state_filters:
-        write_compact_string(out, item)
+    for unknown_state_filters_item in self.unknown_state_filters:
+        write_compact_string(out, unknown_state_filters_item)
     write_uvarint(out, len(self.transaction_states) + 1)
-    for item in self.transaction_states:
-        _encode_transaction_state_v0_1(item, out)
+    for transaction_states_item in self.transaction_states:
+        _encode_transaction_state_v0_1(transaction_states_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -97,13 +97,13 @@ def _decode_list_transactions_response_v0_1(buf: Buffer, pos: int) -> tuple[List
     count, pos = read_compact_array_length(buf, pos, False)
     unknown_state_filters = []
     for _ in range(count):
-        item, pos = read_compact_string(buf, pos)
-        unknown_state_filters.append(item)
+        unknown_state_filters_item, pos = read_compact_string(buf, pos)
+        unknown_state_filters.append(unknown_state_filters_item)
     count, pos = read_compact_array_length(buf, pos, False)
     transaction_states = []
     for _ in range(count):
-        item, pos = _decode_transaction_state_v0_1(buf, pos)
-        transaction_states.append(item)
+        transaction_states_item, pos = _decode_transaction_state_v0_1(buf, pos)
+        transaction_states.append(transaction_states_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ListTransactionsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, unknown_state_filters=unknown_state_filters, transaction_states=transaction_states, unknown_tagged_fields=unknown), pos
 

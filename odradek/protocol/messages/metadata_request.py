@@ -109,8 +109,8 @@ def _decode_metadata_request_topic_v10_12(buf: Buffer, pos: int) -> tuple[Metada
 
 def _encode_metadata_request_v0(self: MetadataRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_metadata_request_topic_v0_8(item, out)
+    for topics_item in self.topics:
+        _encode_metadata_request_topic_v0_8(topics_item, out)
     if not self.allow_auto_topic_creation:
         raise EncodeError("allow_auto_topic_creation exists only in versions 4+ and is not ignorable")
     if self.include_cluster_authorized_operations:
@@ -123,8 +123,8 @@ def _decode_metadata_request_v0(buf: Buffer, pos: int) -> tuple[MetadataRequest,
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_metadata_request_topic_v0_8(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_metadata_request_topic_v0_8(buf, pos)
+        topics.append(topics_item)
     return MetadataRequest(topics=topics), pos
 
 
@@ -133,8 +133,8 @@ def _encode_metadata_request_v1_3(self: MetadataRequest, out: bytearray) -> None
         out += NULL_INT32
     else:
         out += INT32.pack(len(self.topics))
-        for item in self.topics:
-            _encode_metadata_request_topic_v0_8(item, out)
+        for topics_item in self.topics:
+            _encode_metadata_request_topic_v0_8(topics_item, out)
     if not self.allow_auto_topic_creation:
         raise EncodeError("allow_auto_topic_creation exists only in versions 4+ and is not ignorable")
     if self.include_cluster_authorized_operations:
@@ -149,8 +149,8 @@ def _decode_metadata_request_v1_3(buf: Buffer, pos: int) -> tuple[MetadataReques
     if count >= 0:
         topics = []
         for _ in range(count):
-            item, pos = _decode_metadata_request_topic_v0_8(buf, pos)
-            topics.append(item)
+            topics_item, pos = _decode_metadata_request_topic_v0_8(buf, pos)
+            topics.append(topics_item)
     return MetadataRequest(topics=topics), pos
 
 
@@ -159,8 +159,8 @@ def _encode_metadata_request_v4_7(self: MetadataRequest, out: bytearray) -> None
         out += NULL_INT32
     else:
         out += INT32.pack(len(self.topics))
-        for item in self.topics:
-            _encode_metadata_request_topic_v0_8(item, out)
+        for topics_item in self.topics:
+            _encode_metadata_request_topic_v0_8(topics_item, out)
     if self.include_cluster_authorized_operations:
         raise EncodeError("include_cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
     if self.include_topic_authorized_operations:
@@ -174,8 +174,8 @@ def _decode_metadata_request_v4_7(buf: Buffer, pos: int) -> tuple[MetadataReques
     if count >= 0:
         topics = []
         for _ in range(count):
-            item, pos = _decode_metadata_request_topic_v0_8(buf, pos)
-            topics.append(item)
+            topics_item, pos = _decode_metadata_request_topic_v0_8(buf, pos)
+            topics.append(topics_item)
     (allow_auto_topic_creation,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     return MetadataRequest(topics=topics, allow_auto_topic_creation=allow_auto_topic_creation), pos
@@ -186,8 +186,8 @@ def _encode_metadata_request_v8(self: MetadataRequest, out: bytearray) -> None:
         out += NULL_INT32
     else:
         out += INT32.pack(len(self.topics))
-        for item in self.topics:
-            _encode_metadata_request_topic_v0_8(item, out)
+        for topics_item in self.topics:
+            _encode_metadata_request_topic_v0_8(topics_item, out)
     out += _BOOL_BOOL_BOOL.pack(self.allow_auto_topic_creation, self.include_cluster_authorized_operations, self.include_topic_authorized_operations)
 
 
@@ -197,8 +197,8 @@ def _decode_metadata_request_v8(buf: Buffer, pos: int) -> tuple[MetadataRequest,
     if count >= 0:
         topics = []
         for _ in range(count):
-            item, pos = _decode_metadata_request_topic_v0_8(buf, pos)
-            topics.append(item)
+            topics_item, pos = _decode_metadata_request_topic_v0_8(buf, pos)
+            topics.append(topics_item)
     (allow_auto_topic_creation, include_cluster_authorized_operations, include_topic_authorized_operations) = _BOOL_BOOL_BOOL.unpack_from(buf, pos)
     pos += 3
     return MetadataRequest(topics=topics, allow_auto_topic_creation=allow_auto_topic_creation, include_cluster_authorized_operations=include_cluster_authorized_operations, include_topic_authorized_operations=include_topic_authorized_operations), pos
@@ -209,8 +209,8 @@ def _encode_metadata_request_v9(self: MetadataRequest, out: bytearray) -> None:
         out.append(0)
     else:
         write_uvarint(out, len(self.topics) + 1)
-        for item in self.topics:
-            _encode_metadata_request_topic_v9(item, out)
+        for topics_item in self.topics:
+            _encode_metadata_request_topic_v9(topics_item, out)
     out += _BOOL_BOOL_BOOL.pack(self.allow_auto_topic_creation, self.include_cluster_authorized_operations, self.include_topic_authorized_operations)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -224,8 +224,8 @@ def _decode_metadata_request_v9(buf: Buffer, pos: int) -> tuple[MetadataRequest,
     if count >= 0:
         topics = []
         for _ in range(count):
-            item, pos = _decode_metadata_request_topic_v9(buf, pos)
-            topics.append(item)
+            topics_item, pos = _decode_metadata_request_topic_v9(buf, pos)
+            topics.append(topics_item)
     (allow_auto_topic_creation, include_cluster_authorized_operations, include_topic_authorized_operations) = _BOOL_BOOL_BOOL.unpack_from(buf, pos)
     pos += 3
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -237,8 +237,8 @@ def _encode_metadata_request_v10(self: MetadataRequest, out: bytearray) -> None:
         out.append(0)
     else:
         write_uvarint(out, len(self.topics) + 1)
-        for item in self.topics:
-            _encode_metadata_request_topic_v10_12(item, out)
+        for topics_item in self.topics:
+            _encode_metadata_request_topic_v10_12(topics_item, out)
     out += _BOOL_BOOL_BOOL.pack(self.allow_auto_topic_creation, self.include_cluster_authorized_operations, self.include_topic_authorized_operations)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -252,8 +252,8 @@ def _decode_metadata_request_v10(buf: Buffer, pos: int) -> tuple[MetadataRequest
     if count >= 0:
         topics = []
         for _ in range(count):
-            item, pos = _decode_metadata_request_topic_v10_12(buf, pos)
-            topics.append(item)
+            topics_item, pos = _decode_metadata_request_topic_v10_12(buf, pos)
+            topics.append(topics_item)
     (allow_auto_topic_creation, include_cluster_authorized_operations, include_topic_authorized_operations) = _BOOL_BOOL_BOOL.unpack_from(buf, pos)
     pos += 3
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -265,8 +265,8 @@ def _encode_metadata_request_v11_12(self: MetadataRequest, out: bytearray) -> No
         out.append(0)
     else:
         write_uvarint(out, len(self.topics) + 1)
-        for item in self.topics:
-            _encode_metadata_request_topic_v10_12(item, out)
+        for topics_item in self.topics:
+            _encode_metadata_request_topic_v10_12(topics_item, out)
     if self.include_cluster_authorized_operations:
         raise EncodeError("include_cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
     out += _BOOL_BOOL.pack(self.allow_auto_topic_creation, self.include_topic_authorized_operations)
@@ -282,8 +282,8 @@ def _decode_metadata_request_v11_12(buf: Buffer, pos: int) -> tuple[MetadataRequ
     if count >= 0:
         topics = []
         for _ in range(count):
-            item, pos = _decode_metadata_request_topic_v10_12(buf, pos)
-            topics.append(item)
+            topics_item, pos = _decode_metadata_request_topic_v10_12(buf, pos)
+            topics.append(topics_item)
     (allow_auto_topic_creation, include_topic_authorized_operations) = _BOOL_BOOL.unpack_from(buf, pos)
     pos += 2
     unknown, pos = read_unknown_tagged_fields(buf, pos)

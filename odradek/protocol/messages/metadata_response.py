@@ -279,8 +279,8 @@ def _encode_metadata_response_topic_v0(self: MetadataResponseTopic, out: bytearr
     out += _I16.pack(self.error_code)
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_metadata_response_partition_v0_4(item, out)
+    for partitions_item in self.partitions:
+        _encode_metadata_response_partition_v0_4(partitions_item, out)
     if self.topic_authorized_operations != -2147483648:
         raise EncodeError("topic_authorized_operations exists only in versions 8+ and is not ignorable")
 
@@ -292,8 +292,8 @@ def _decode_metadata_response_topic_v0(buf: Buffer, pos: int) -> tuple[MetadataR
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_partition_v0_4(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_metadata_response_partition_v0_4(buf, pos)
+        partitions.append(partitions_item)
     return MetadataResponseTopic(error_code=error_code, name=name, partitions=partitions), pos
 
 
@@ -302,8 +302,8 @@ def _encode_metadata_response_topic_v1_4(self: MetadataResponseTopic, out: bytea
     write_string(out, self.name)
     out += _BOOL.pack(self.is_internal)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_metadata_response_partition_v0_4(item, out)
+    for partitions_item in self.partitions:
+        _encode_metadata_response_partition_v0_4(partitions_item, out)
     if self.topic_authorized_operations != -2147483648:
         raise EncodeError("topic_authorized_operations exists only in versions 8+ and is not ignorable")
 
@@ -317,8 +317,8 @@ def _decode_metadata_response_topic_v1_4(buf: Buffer, pos: int) -> tuple[Metadat
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_partition_v0_4(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_metadata_response_partition_v0_4(buf, pos)
+        partitions.append(partitions_item)
     return MetadataResponseTopic(error_code=error_code, name=name, is_internal=is_internal, partitions=partitions), pos
 
 
@@ -327,8 +327,8 @@ def _encode_metadata_response_topic_v5_6(self: MetadataResponseTopic, out: bytea
     write_string(out, self.name)
     out += _BOOL.pack(self.is_internal)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_metadata_response_partition_v5_6(item, out)
+    for partitions_item in self.partitions:
+        _encode_metadata_response_partition_v5_6(partitions_item, out)
     if self.topic_authorized_operations != -2147483648:
         raise EncodeError("topic_authorized_operations exists only in versions 8+ and is not ignorable")
 
@@ -342,8 +342,8 @@ def _decode_metadata_response_topic_v5_6(buf: Buffer, pos: int) -> tuple[Metadat
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_partition_v5_6(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_metadata_response_partition_v5_6(buf, pos)
+        partitions.append(partitions_item)
     return MetadataResponseTopic(error_code=error_code, name=name, is_internal=is_internal, partitions=partitions), pos
 
 
@@ -352,8 +352,8 @@ def _encode_metadata_response_topic_v7(self: MetadataResponseTopic, out: bytearr
     write_string(out, self.name)
     out += _BOOL.pack(self.is_internal)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_metadata_response_partition_v7_8(item, out)
+    for partitions_item in self.partitions:
+        _encode_metadata_response_partition_v7_8(partitions_item, out)
     if self.topic_authorized_operations != -2147483648:
         raise EncodeError("topic_authorized_operations exists only in versions 8+ and is not ignorable")
 
@@ -367,8 +367,8 @@ def _decode_metadata_response_topic_v7(buf: Buffer, pos: int) -> tuple[MetadataR
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_partition_v7_8(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_metadata_response_partition_v7_8(buf, pos)
+        partitions.append(partitions_item)
     return MetadataResponseTopic(error_code=error_code, name=name, is_internal=is_internal, partitions=partitions), pos
 
 
@@ -377,8 +377,8 @@ def _encode_metadata_response_topic_v8(self: MetadataResponseTopic, out: bytearr
     write_string(out, self.name)
     out += _BOOL.pack(self.is_internal)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_metadata_response_partition_v7_8(item, out)
+    for partitions_item in self.partitions:
+        _encode_metadata_response_partition_v7_8(partitions_item, out)
     out += _I32.pack(self.topic_authorized_operations)
 
 
@@ -391,8 +391,8 @@ def _decode_metadata_response_topic_v8(buf: Buffer, pos: int) -> tuple[MetadataR
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_partition_v7_8(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_metadata_response_partition_v7_8(buf, pos)
+        partitions.append(partitions_item)
     (topic_authorized_operations,) = _I32.unpack_from(buf, pos)
     pos += 4
     return MetadataResponseTopic(error_code=error_code, name=name, is_internal=is_internal, partitions=partitions, topic_authorized_operations=topic_authorized_operations), pos
@@ -403,8 +403,8 @@ def _encode_metadata_response_topic_v9(self: MetadataResponseTopic, out: bytearr
     write_compact_string(out, self.name)
     out += _BOOL.pack(self.is_internal)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_metadata_response_partition_v9_12(item, out)
+    for partitions_item in self.partitions:
+        _encode_metadata_response_partition_v9_12(partitions_item, out)
     out += _I32.pack(self.topic_authorized_operations)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -421,8 +421,8 @@ def _decode_metadata_response_topic_v9(buf: Buffer, pos: int) -> tuple[MetadataR
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_partition_v9_12(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_metadata_response_partition_v9_12(buf, pos)
+        partitions.append(partitions_item)
     (topic_authorized_operations,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -435,8 +435,8 @@ def _encode_metadata_response_topic_v10_11(self: MetadataResponseTopic, out: byt
     out += self.topic_id.bytes
     out += _BOOL.pack(self.is_internal)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_metadata_response_partition_v9_12(item, out)
+    for partitions_item in self.partitions:
+        _encode_metadata_response_partition_v9_12(partitions_item, out)
     out += _I32.pack(self.topic_authorized_operations)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -454,8 +454,8 @@ def _decode_metadata_response_topic_v10_11(buf: Buffer, pos: int) -> tuple[Metad
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_partition_v9_12(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_metadata_response_partition_v9_12(buf, pos)
+        partitions.append(partitions_item)
     (topic_authorized_operations,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -468,8 +468,8 @@ def _encode_metadata_response_topic_v12(self: MetadataResponseTopic, out: bytear
     out += self.topic_id.bytes
     out += _BOOL.pack(self.is_internal)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_metadata_response_partition_v9_12(item, out)
+    for partitions_item in self.partitions:
+        _encode_metadata_response_partition_v9_12(partitions_item, out)
     out += _I32.pack(self.topic_authorized_operations)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -487,8 +487,8 @@ def _decode_metadata_response_topic_v12(buf: Buffer, pos: int) -> tuple[Metadata
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_partition_v9_12(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_metadata_response_partition_v9_12(buf, pos)
+        partitions.append(partitions_item)
     (topic_authorized_operations,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -497,11 +497,11 @@ def _decode_metadata_response_topic_v12(buf: Buffer, pos: int) -> tuple[Metadata
 
 def _encode_metadata_response_v0(self: MetadataResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.brokers))
-    for item in self.brokers:
-        _encode_metadata_response_broker_v0(item, out)
+    for brokers_item in self.brokers:
+        _encode_metadata_response_broker_v0(brokers_item, out)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_metadata_response_topic_v0(item, out)
+    for topics_item in self.topics:
+        _encode_metadata_response_topic_v0(topics_item, out)
     if self.cluster_authorized_operations != -2147483648:
         raise EncodeError("cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
 
@@ -510,24 +510,24 @@ def _decode_metadata_response_v0(buf: Buffer, pos: int) -> tuple[MetadataRespons
     count, pos = read_array_length(buf, pos, False)
     brokers = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_broker_v0(buf, pos)
-        brokers.append(item)
+        brokers_item, pos = _decode_metadata_response_broker_v0(buf, pos)
+        brokers.append(brokers_item)
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_topic_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_metadata_response_topic_v0(buf, pos)
+        topics.append(topics_item)
     return MetadataResponse(brokers=brokers, topics=topics), pos
 
 
 def _encode_metadata_response_v1(self: MetadataResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.brokers))
-    for item in self.brokers:
-        _encode_metadata_response_broker_v1_8(item, out)
+    for brokers_item in self.brokers:
+        _encode_metadata_response_broker_v1_8(brokers_item, out)
     out += _I32.pack(self.controller_id)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_metadata_response_topic_v1_4(item, out)
+    for topics_item in self.topics:
+        _encode_metadata_response_topic_v1_4(topics_item, out)
     if self.cluster_authorized_operations != -2147483648:
         raise EncodeError("cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
 
@@ -536,27 +536,27 @@ def _decode_metadata_response_v1(buf: Buffer, pos: int) -> tuple[MetadataRespons
     count, pos = read_array_length(buf, pos, False)
     brokers = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_broker_v1_8(buf, pos)
-        brokers.append(item)
+        brokers_item, pos = _decode_metadata_response_broker_v1_8(buf, pos)
+        brokers.append(brokers_item)
     (controller_id,) = _I32.unpack_from(buf, pos)
     pos += 4
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_topic_v1_4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_metadata_response_topic_v1_4(buf, pos)
+        topics.append(topics_item)
     return MetadataResponse(brokers=brokers, controller_id=controller_id, topics=topics), pos
 
 
 def _encode_metadata_response_v2(self: MetadataResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.brokers))
-    for item in self.brokers:
-        _encode_metadata_response_broker_v1_8(item, out)
+    for brokers_item in self.brokers:
+        _encode_metadata_response_broker_v1_8(brokers_item, out)
     write_nullable_string(out, self.cluster_id)
     out += _I32.pack(self.controller_id)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_metadata_response_topic_v1_4(item, out)
+    for topics_item in self.topics:
+        _encode_metadata_response_topic_v1_4(topics_item, out)
     if self.cluster_authorized_operations != -2147483648:
         raise EncodeError("cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
 
@@ -565,29 +565,29 @@ def _decode_metadata_response_v2(buf: Buffer, pos: int) -> tuple[MetadataRespons
     count, pos = read_array_length(buf, pos, False)
     brokers = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_broker_v1_8(buf, pos)
-        brokers.append(item)
+        brokers_item, pos = _decode_metadata_response_broker_v1_8(buf, pos)
+        brokers.append(brokers_item)
     cluster_id, pos = read_nullable_string(buf, pos)
     (controller_id,) = _I32.unpack_from(buf, pos)
     pos += 4
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_topic_v1_4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_metadata_response_topic_v1_4(buf, pos)
+        topics.append(topics_item)
     return MetadataResponse(brokers=brokers, cluster_id=cluster_id, controller_id=controller_id, topics=topics), pos
 
 
 def _encode_metadata_response_v3_4(self: MetadataResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.brokers))
-    for item in self.brokers:
-        _encode_metadata_response_broker_v1_8(item, out)
+    for brokers_item in self.brokers:
+        _encode_metadata_response_broker_v1_8(brokers_item, out)
     write_nullable_string(out, self.cluster_id)
     out += _I32.pack(self.controller_id)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_metadata_response_topic_v1_4(item, out)
+    for topics_item in self.topics:
+        _encode_metadata_response_topic_v1_4(topics_item, out)
     if self.cluster_authorized_operations != -2147483648:
         raise EncodeError("cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
 
@@ -598,29 +598,29 @@ def _decode_metadata_response_v3_4(buf: Buffer, pos: int) -> tuple[MetadataRespo
     count, pos = read_array_length(buf, pos, False)
     brokers = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_broker_v1_8(buf, pos)
-        brokers.append(item)
+        brokers_item, pos = _decode_metadata_response_broker_v1_8(buf, pos)
+        brokers.append(brokers_item)
     cluster_id, pos = read_nullable_string(buf, pos)
     (controller_id,) = _I32.unpack_from(buf, pos)
     pos += 4
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_topic_v1_4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_metadata_response_topic_v1_4(buf, pos)
+        topics.append(topics_item)
     return MetadataResponse(throttle_time_ms=throttle_time_ms, brokers=brokers, cluster_id=cluster_id, controller_id=controller_id, topics=topics), pos
 
 
 def _encode_metadata_response_v5_6(self: MetadataResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.brokers))
-    for item in self.brokers:
-        _encode_metadata_response_broker_v1_8(item, out)
+    for brokers_item in self.brokers:
+        _encode_metadata_response_broker_v1_8(brokers_item, out)
     write_nullable_string(out, self.cluster_id)
     out += _I32.pack(self.controller_id)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_metadata_response_topic_v5_6(item, out)
+    for topics_item in self.topics:
+        _encode_metadata_response_topic_v5_6(topics_item, out)
     if self.cluster_authorized_operations != -2147483648:
         raise EncodeError("cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
 
@@ -631,29 +631,29 @@ def _decode_metadata_response_v5_6(buf: Buffer, pos: int) -> tuple[MetadataRespo
     count, pos = read_array_length(buf, pos, False)
     brokers = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_broker_v1_8(buf, pos)
-        brokers.append(item)
+        brokers_item, pos = _decode_metadata_response_broker_v1_8(buf, pos)
+        brokers.append(brokers_item)
     cluster_id, pos = read_nullable_string(buf, pos)
     (controller_id,) = _I32.unpack_from(buf, pos)
     pos += 4
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_topic_v5_6(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_metadata_response_topic_v5_6(buf, pos)
+        topics.append(topics_item)
     return MetadataResponse(throttle_time_ms=throttle_time_ms, brokers=brokers, cluster_id=cluster_id, controller_id=controller_id, topics=topics), pos
 
 
 def _encode_metadata_response_v7(self: MetadataResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.brokers))
-    for item in self.brokers:
-        _encode_metadata_response_broker_v1_8(item, out)
+    for brokers_item in self.brokers:
+        _encode_metadata_response_broker_v1_8(brokers_item, out)
     write_nullable_string(out, self.cluster_id)
     out += _I32.pack(self.controller_id)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_metadata_response_topic_v7(item, out)
+    for topics_item in self.topics:
+        _encode_metadata_response_topic_v7(topics_item, out)
     if self.cluster_authorized_operations != -2147483648:
         raise EncodeError("cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
 
@@ -664,29 +664,29 @@ def _decode_metadata_response_v7(buf: Buffer, pos: int) -> tuple[MetadataRespons
     count, pos = read_array_length(buf, pos, False)
     brokers = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_broker_v1_8(buf, pos)
-        brokers.append(item)
+        brokers_item, pos = _decode_metadata_response_broker_v1_8(buf, pos)
+        brokers.append(brokers_item)
     cluster_id, pos = read_nullable_string(buf, pos)
     (controller_id,) = _I32.unpack_from(buf, pos)
     pos += 4
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_topic_v7(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_metadata_response_topic_v7(buf, pos)
+        topics.append(topics_item)
     return MetadataResponse(throttle_time_ms=throttle_time_ms, brokers=brokers, cluster_id=cluster_id, controller_id=controller_id, topics=topics), pos
 
 
 def _encode_metadata_response_v8(self: MetadataResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.brokers))
-    for item in self.brokers:
-        _encode_metadata_response_broker_v1_8(item, out)
+    for brokers_item in self.brokers:
+        _encode_metadata_response_broker_v1_8(brokers_item, out)
     write_nullable_string(out, self.cluster_id)
     out += _I32.pack(self.controller_id)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_metadata_response_topic_v8(item, out)
+    for topics_item in self.topics:
+        _encode_metadata_response_topic_v8(topics_item, out)
     out += _I32.pack(self.cluster_authorized_operations)
 
 
@@ -696,16 +696,16 @@ def _decode_metadata_response_v8(buf: Buffer, pos: int) -> tuple[MetadataRespons
     count, pos = read_array_length(buf, pos, False)
     brokers = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_broker_v1_8(buf, pos)
-        brokers.append(item)
+        brokers_item, pos = _decode_metadata_response_broker_v1_8(buf, pos)
+        brokers.append(brokers_item)
     cluster_id, pos = read_nullable_string(buf, pos)
     (controller_id,) = _I32.unpack_from(buf, pos)
     pos += 4
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_topic_v8(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_metadata_response_topic_v8(buf, pos)
+        topics.append(topics_item)
     (cluster_authorized_operations,) = _I32.unpack_from(buf, pos)
     pos += 4
     return MetadataResponse(throttle_time_ms=throttle_time_ms, brokers=brokers, cluster_id=cluster_id, controller_id=controller_id, topics=topics, cluster_authorized_operations=cluster_authorized_operations), pos
@@ -714,13 +714,13 @@ def _decode_metadata_response_v8(buf: Buffer, pos: int) -> tuple[MetadataRespons
 def _encode_metadata_response_v9(self: MetadataResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.brokers) + 1)
-    for item in self.brokers:
-        _encode_metadata_response_broker_v9_12(item, out)
+    for brokers_item in self.brokers:
+        _encode_metadata_response_broker_v9_12(brokers_item, out)
     write_compact_nullable_string(out, self.cluster_id)
     out += _I32.pack(self.controller_id)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_metadata_response_topic_v9(item, out)
+    for topics_item in self.topics:
+        _encode_metadata_response_topic_v9(topics_item, out)
     out += _I32.pack(self.cluster_authorized_operations)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -734,16 +734,16 @@ def _decode_metadata_response_v9(buf: Buffer, pos: int) -> tuple[MetadataRespons
     count, pos = read_compact_array_length(buf, pos, False)
     brokers = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_broker_v9_12(buf, pos)
-        brokers.append(item)
+        brokers_item, pos = _decode_metadata_response_broker_v9_12(buf, pos)
+        brokers.append(brokers_item)
     cluster_id, pos = read_compact_nullable_string(buf, pos)
     (controller_id,) = _I32.unpack_from(buf, pos)
     pos += 4
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_topic_v9(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_metadata_response_topic_v9(buf, pos)
+        topics.append(topics_item)
     (cluster_authorized_operations,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -753,13 +753,13 @@ def _decode_metadata_response_v9(buf: Buffer, pos: int) -> tuple[MetadataRespons
 def _encode_metadata_response_v10(self: MetadataResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.brokers) + 1)
-    for item in self.brokers:
-        _encode_metadata_response_broker_v9_12(item, out)
+    for brokers_item in self.brokers:
+        _encode_metadata_response_broker_v9_12(brokers_item, out)
     write_compact_nullable_string(out, self.cluster_id)
     out += _I32.pack(self.controller_id)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_metadata_response_topic_v10_11(item, out)
+    for topics_item in self.topics:
+        _encode_metadata_response_topic_v10_11(topics_item, out)
     out += _I32.pack(self.cluster_authorized_operations)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -773,16 +773,16 @@ def _decode_metadata_response_v10(buf: Buffer, pos: int) -> tuple[MetadataRespon
     count, pos = read_compact_array_length(buf, pos, False)
     brokers = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_broker_v9_12(buf, pos)
-        brokers.append(item)
+        brokers_item, pos = _decode_metadata_response_broker_v9_12(buf, pos)
+        brokers.append(brokers_item)
     cluster_id, pos = read_compact_nullable_string(buf, pos)
     (controller_id,) = _I32.unpack_from(buf, pos)
     pos += 4
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_topic_v10_11(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_metadata_response_topic_v10_11(buf, pos)
+        topics.append(topics_item)
     (cluster_authorized_operations,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -792,13 +792,13 @@ def _decode_metadata_response_v10(buf: Buffer, pos: int) -> tuple[MetadataRespon
 def _encode_metadata_response_v11(self: MetadataResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.brokers) + 1)
-    for item in self.brokers:
-        _encode_metadata_response_broker_v9_12(item, out)
+    for brokers_item in self.brokers:
+        _encode_metadata_response_broker_v9_12(brokers_item, out)
     write_compact_nullable_string(out, self.cluster_id)
     out += _I32.pack(self.controller_id)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_metadata_response_topic_v10_11(item, out)
+    for topics_item in self.topics:
+        _encode_metadata_response_topic_v10_11(topics_item, out)
     if self.cluster_authorized_operations != -2147483648:
         raise EncodeError("cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
     if self.unknown_tagged_fields:
@@ -813,16 +813,16 @@ def _decode_metadata_response_v11(buf: Buffer, pos: int) -> tuple[MetadataRespon
     count, pos = read_compact_array_length(buf, pos, False)
     brokers = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_broker_v9_12(buf, pos)
-        brokers.append(item)
+        brokers_item, pos = _decode_metadata_response_broker_v9_12(buf, pos)
+        brokers.append(brokers_item)
     cluster_id, pos = read_compact_nullable_string(buf, pos)
     (controller_id,) = _I32.unpack_from(buf, pos)
     pos += 4
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_topic_v10_11(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_metadata_response_topic_v10_11(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return MetadataResponse(throttle_time_ms=throttle_time_ms, brokers=brokers, cluster_id=cluster_id, controller_id=controller_id, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -830,13 +830,13 @@ def _decode_metadata_response_v11(buf: Buffer, pos: int) -> tuple[MetadataRespon
 def _encode_metadata_response_v12(self: MetadataResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.brokers) + 1)
-    for item in self.brokers:
-        _encode_metadata_response_broker_v9_12(item, out)
+    for brokers_item in self.brokers:
+        _encode_metadata_response_broker_v9_12(brokers_item, out)
     write_compact_nullable_string(out, self.cluster_id)
     out += _I32.pack(self.controller_id)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_metadata_response_topic_v12(item, out)
+    for topics_item in self.topics:
+        _encode_metadata_response_topic_v12(topics_item, out)
     if self.cluster_authorized_operations != -2147483648:
         raise EncodeError("cluster_authorized_operations exists only in versions 8-10 and is not ignorable")
     if self.unknown_tagged_fields:
@@ -851,16 +851,16 @@ def _decode_metadata_response_v12(buf: Buffer, pos: int) -> tuple[MetadataRespon
     count, pos = read_compact_array_length(buf, pos, False)
     brokers = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_broker_v9_12(buf, pos)
-        brokers.append(item)
+        brokers_item, pos = _decode_metadata_response_broker_v9_12(buf, pos)
+        brokers.append(brokers_item)
     cluster_id, pos = read_compact_nullable_string(buf, pos)
     (controller_id,) = _I32.unpack_from(buf, pos)
     pos += 4
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_metadata_response_topic_v12(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_metadata_response_topic_v12(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return MetadataResponse(throttle_time_ms=throttle_time_ms, brokers=brokers, cluster_id=cluster_id, controller_id=controller_id, topics=topics, unknown_tagged_fields=unknown), pos
 

@@ -152,8 +152,8 @@ def _decode_offset_commit_request_partition_v8_9(buf: Buffer, pos: int) -> tuple
 def _encode_offset_commit_request_topic_v0_v2_5(self: OffsetCommitRequestTopic, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_offset_commit_request_partition_v0_v2_5(item, out)
+    for partitions_item in self.partitions:
+        _encode_offset_commit_request_partition_v0_v2_5(partitions_item, out)
 
 
 def _decode_offset_commit_request_topic_v0_v2_5(buf: Buffer, pos: int) -> tuple[OffsetCommitRequestTopic, int]:
@@ -161,16 +161,16 @@ def _decode_offset_commit_request_topic_v0_v2_5(buf: Buffer, pos: int) -> tuple[
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_offset_commit_request_partition_v0_v2_5(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_offset_commit_request_partition_v0_v2_5(buf, pos)
+        partitions.append(partitions_item)
     return OffsetCommitRequestTopic(name=name, partitions=partitions), pos
 
 
 def _encode_offset_commit_request_topic_v1(self: OffsetCommitRequestTopic, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_offset_commit_request_partition_v1(item, out)
+    for partitions_item in self.partitions:
+        _encode_offset_commit_request_partition_v1(partitions_item, out)
 
 
 def _decode_offset_commit_request_topic_v1(buf: Buffer, pos: int) -> tuple[OffsetCommitRequestTopic, int]:
@@ -178,16 +178,16 @@ def _decode_offset_commit_request_topic_v1(buf: Buffer, pos: int) -> tuple[Offse
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_offset_commit_request_partition_v1(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_offset_commit_request_partition_v1(buf, pos)
+        partitions.append(partitions_item)
     return OffsetCommitRequestTopic(name=name, partitions=partitions), pos
 
 
 def _encode_offset_commit_request_topic_v6_7(self: OffsetCommitRequestTopic, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_offset_commit_request_partition_v6_7(item, out)
+    for partitions_item in self.partitions:
+        _encode_offset_commit_request_partition_v6_7(partitions_item, out)
 
 
 def _decode_offset_commit_request_topic_v6_7(buf: Buffer, pos: int) -> tuple[OffsetCommitRequestTopic, int]:
@@ -195,16 +195,16 @@ def _decode_offset_commit_request_topic_v6_7(buf: Buffer, pos: int) -> tuple[Off
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_offset_commit_request_partition_v6_7(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_offset_commit_request_partition_v6_7(buf, pos)
+        partitions.append(partitions_item)
     return OffsetCommitRequestTopic(name=name, partitions=partitions), pos
 
 
 def _encode_offset_commit_request_topic_v8_9(self: OffsetCommitRequestTopic, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_offset_commit_request_partition_v8_9(item, out)
+    for partitions_item in self.partitions:
+        _encode_offset_commit_request_partition_v8_9(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -216,8 +216,8 @@ def _decode_offset_commit_request_topic_v8_9(buf: Buffer, pos: int) -> tuple[Off
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_offset_commit_request_partition_v8_9(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_offset_commit_request_partition_v8_9(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return OffsetCommitRequestTopic(name=name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -227,8 +227,8 @@ def _encode_offset_commit_request_v0(self: OffsetCommitRequest, out: bytearray) 
     if self.group_instance_id is not None:
         raise EncodeError("group_instance_id exists only in versions 7+ and is not ignorable")
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_commit_request_topic_v0_v2_5(item, out)
+    for topics_item in self.topics:
+        _encode_offset_commit_request_topic_v0_v2_5(topics_item, out)
 
 
 def _decode_offset_commit_request_v0(buf: Buffer, pos: int) -> tuple[OffsetCommitRequest, int]:
@@ -236,8 +236,8 @@ def _decode_offset_commit_request_v0(buf: Buffer, pos: int) -> tuple[OffsetCommi
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_commit_request_topic_v0_v2_5(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_commit_request_topic_v0_v2_5(buf, pos)
+        topics.append(topics_item)
     return OffsetCommitRequest(group_id=group_id, topics=topics), pos
 
 
@@ -248,8 +248,8 @@ def _encode_offset_commit_request_v1(self: OffsetCommitRequest, out: bytearray) 
     if self.group_instance_id is not None:
         raise EncodeError("group_instance_id exists only in versions 7+ and is not ignorable")
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_commit_request_topic_v1(item, out)
+    for topics_item in self.topics:
+        _encode_offset_commit_request_topic_v1(topics_item, out)
 
 
 def _decode_offset_commit_request_v1(buf: Buffer, pos: int) -> tuple[OffsetCommitRequest, int]:
@@ -260,8 +260,8 @@ def _decode_offset_commit_request_v1(buf: Buffer, pos: int) -> tuple[OffsetCommi
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_commit_request_topic_v1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_commit_request_topic_v1(buf, pos)
+        topics.append(topics_item)
     return OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=generation_id_or_member_epoch, member_id=member_id, topics=topics), pos
 
 
@@ -273,8 +273,8 @@ def _encode_offset_commit_request_v2_4(self: OffsetCommitRequest, out: bytearray
         raise EncodeError("group_instance_id exists only in versions 7+ and is not ignorable")
     out += _I64.pack(self.retention_time_ms)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_commit_request_topic_v0_v2_5(item, out)
+    for topics_item in self.topics:
+        _encode_offset_commit_request_topic_v0_v2_5(topics_item, out)
 
 
 def _decode_offset_commit_request_v2_4(buf: Buffer, pos: int) -> tuple[OffsetCommitRequest, int]:
@@ -287,8 +287,8 @@ def _decode_offset_commit_request_v2_4(buf: Buffer, pos: int) -> tuple[OffsetCom
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_commit_request_topic_v0_v2_5(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_commit_request_topic_v0_v2_5(buf, pos)
+        topics.append(topics_item)
     return OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=generation_id_or_member_epoch, member_id=member_id, retention_time_ms=retention_time_ms, topics=topics), pos
 
 
@@ -299,8 +299,8 @@ def _encode_offset_commit_request_v5(self: OffsetCommitRequest, out: bytearray) 
     if self.group_instance_id is not None:
         raise EncodeError("group_instance_id exists only in versions 7+ and is not ignorable")
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_commit_request_topic_v0_v2_5(item, out)
+    for topics_item in self.topics:
+        _encode_offset_commit_request_topic_v0_v2_5(topics_item, out)
 
 
 def _decode_offset_commit_request_v5(buf: Buffer, pos: int) -> tuple[OffsetCommitRequest, int]:
@@ -311,8 +311,8 @@ def _decode_offset_commit_request_v5(buf: Buffer, pos: int) -> tuple[OffsetCommi
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_commit_request_topic_v0_v2_5(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_commit_request_topic_v0_v2_5(buf, pos)
+        topics.append(topics_item)
     return OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=generation_id_or_member_epoch, member_id=member_id, topics=topics), pos
 
 
@@ -323,8 +323,8 @@ def _encode_offset_commit_request_v6(self: OffsetCommitRequest, out: bytearray) 
     if self.group_instance_id is not None:
         raise EncodeError("group_instance_id exists only in versions 7+ and is not ignorable")
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_commit_request_topic_v6_7(item, out)
+    for topics_item in self.topics:
+        _encode_offset_commit_request_topic_v6_7(topics_item, out)
 
 
 def _decode_offset_commit_request_v6(buf: Buffer, pos: int) -> tuple[OffsetCommitRequest, int]:
@@ -335,8 +335,8 @@ def _decode_offset_commit_request_v6(buf: Buffer, pos: int) -> tuple[OffsetCommi
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_commit_request_topic_v6_7(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_commit_request_topic_v6_7(buf, pos)
+        topics.append(topics_item)
     return OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=generation_id_or_member_epoch, member_id=member_id, topics=topics), pos
 
 
@@ -346,8 +346,8 @@ def _encode_offset_commit_request_v7(self: OffsetCommitRequest, out: bytearray) 
     write_string(out, self.member_id)
     write_nullable_string(out, self.group_instance_id)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_commit_request_topic_v6_7(item, out)
+    for topics_item in self.topics:
+        _encode_offset_commit_request_topic_v6_7(topics_item, out)
 
 
 def _decode_offset_commit_request_v7(buf: Buffer, pos: int) -> tuple[OffsetCommitRequest, int]:
@@ -359,8 +359,8 @@ def _decode_offset_commit_request_v7(buf: Buffer, pos: int) -> tuple[OffsetCommi
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_commit_request_topic_v6_7(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_commit_request_topic_v6_7(buf, pos)
+        topics.append(topics_item)
     return OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=generation_id_or_member_epoch, member_id=member_id, group_instance_id=group_instance_id, topics=topics), pos
 
 
@@ -370,8 +370,8 @@ def _encode_offset_commit_request_v8_9(self: OffsetCommitRequest, out: bytearray
     write_compact_string(out, self.member_id)
     write_compact_nullable_string(out, self.group_instance_id)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_offset_commit_request_topic_v8_9(item, out)
+    for topics_item in self.topics:
+        _encode_offset_commit_request_topic_v8_9(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -387,8 +387,8 @@ def _decode_offset_commit_request_v8_9(buf: Buffer, pos: int) -> tuple[OffsetCom
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_commit_request_topic_v8_9(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_commit_request_topic_v8_9(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=generation_id_or_member_epoch, member_id=member_id, group_instance_id=group_instance_id, topics=topics, unknown_tagged_fields=unknown), pos
 

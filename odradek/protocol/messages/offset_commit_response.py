@@ -96,8 +96,8 @@ def _decode_offset_commit_response_partition_v8_9(buf: Buffer, pos: int) -> tupl
 def _encode_offset_commit_response_topic_v0_7(self: OffsetCommitResponseTopic, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_offset_commit_response_partition_v0_7(item, out)
+    for partitions_item in self.partitions:
+        _encode_offset_commit_response_partition_v0_7(partitions_item, out)
 
 
 def _decode_offset_commit_response_topic_v0_7(buf: Buffer, pos: int) -> tuple[OffsetCommitResponseTopic, int]:
@@ -105,16 +105,16 @@ def _decode_offset_commit_response_topic_v0_7(buf: Buffer, pos: int) -> tuple[Of
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_offset_commit_response_partition_v0_7(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_offset_commit_response_partition_v0_7(buf, pos)
+        partitions.append(partitions_item)
     return OffsetCommitResponseTopic(name=name, partitions=partitions), pos
 
 
 def _encode_offset_commit_response_topic_v8_9(self: OffsetCommitResponseTopic, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_offset_commit_response_partition_v8_9(item, out)
+    for partitions_item in self.partitions:
+        _encode_offset_commit_response_partition_v8_9(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -126,32 +126,32 @@ def _decode_offset_commit_response_topic_v8_9(buf: Buffer, pos: int) -> tuple[Of
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_offset_commit_response_partition_v8_9(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_offset_commit_response_partition_v8_9(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return OffsetCommitResponseTopic(name=name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
 
 def _encode_offset_commit_response_v0_2(self: OffsetCommitResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_commit_response_topic_v0_7(item, out)
+    for topics_item in self.topics:
+        _encode_offset_commit_response_topic_v0_7(topics_item, out)
 
 
 def _decode_offset_commit_response_v0_2(buf: Buffer, pos: int) -> tuple[OffsetCommitResponse, int]:
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_commit_response_topic_v0_7(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_commit_response_topic_v0_7(buf, pos)
+        topics.append(topics_item)
     return OffsetCommitResponse(topics=topics), pos
 
 
 def _encode_offset_commit_response_v3_7(self: OffsetCommitResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_commit_response_topic_v0_7(item, out)
+    for topics_item in self.topics:
+        _encode_offset_commit_response_topic_v0_7(topics_item, out)
 
 
 def _decode_offset_commit_response_v3_7(buf: Buffer, pos: int) -> tuple[OffsetCommitResponse, int]:
@@ -160,16 +160,16 @@ def _decode_offset_commit_response_v3_7(buf: Buffer, pos: int) -> tuple[OffsetCo
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_commit_response_topic_v0_7(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_commit_response_topic_v0_7(buf, pos)
+        topics.append(topics_item)
     return OffsetCommitResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
 
 
 def _encode_offset_commit_response_v8_9(self: OffsetCommitResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_offset_commit_response_topic_v8_9(item, out)
+    for topics_item in self.topics:
+        _encode_offset_commit_response_topic_v8_9(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -182,8 +182,8 @@ def _decode_offset_commit_response_v8_9(buf: Buffer, pos: int) -> tuple[OffsetCo
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_commit_response_topic_v8_9(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_commit_response_topic_v8_9(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return OffsetCommitResponse(throttle_time_ms=throttle_time_ms, topics=topics, unknown_tagged_fields=unknown), pos
 

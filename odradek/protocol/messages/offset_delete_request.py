@@ -72,8 +72,8 @@ def _decode_offset_delete_request_partition_v0(buf: Buffer, pos: int) -> tuple[O
 def _encode_offset_delete_request_topic_v0(self: OffsetDeleteRequestTopic, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_offset_delete_request_partition_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_offset_delete_request_partition_v0(partitions_item, out)
 
 
 def _decode_offset_delete_request_topic_v0(buf: Buffer, pos: int) -> tuple[OffsetDeleteRequestTopic, int]:
@@ -81,16 +81,16 @@ def _decode_offset_delete_request_topic_v0(buf: Buffer, pos: int) -> tuple[Offse
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_offset_delete_request_partition_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_offset_delete_request_partition_v0(buf, pos)
+        partitions.append(partitions_item)
     return OffsetDeleteRequestTopic(name=name, partitions=partitions), pos
 
 
 def _encode_offset_delete_request_v0(self: OffsetDeleteRequest, out: bytearray) -> None:
     write_string(out, self.group_id)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_delete_request_topic_v0(item, out)
+    for topics_item in self.topics:
+        _encode_offset_delete_request_topic_v0(topics_item, out)
 
 
 def _decode_offset_delete_request_v0(buf: Buffer, pos: int) -> tuple[OffsetDeleteRequest, int]:
@@ -98,8 +98,8 @@ def _decode_offset_delete_request_v0(buf: Buffer, pos: int) -> tuple[OffsetDelet
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_delete_request_topic_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_delete_request_topic_v0(buf, pos)
+        topics.append(topics_item)
     return OffsetDeleteRequest(group_id=group_id, topics=topics), pos
 
 

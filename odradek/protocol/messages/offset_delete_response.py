@@ -77,8 +77,8 @@ def _decode_offset_delete_response_partition_v0(buf: Buffer, pos: int) -> tuple[
 def _encode_offset_delete_response_topic_v0(self: OffsetDeleteResponseTopic, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_offset_delete_response_partition_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_offset_delete_response_partition_v0(partitions_item, out)
 
 
 def _decode_offset_delete_response_topic_v0(buf: Buffer, pos: int) -> tuple[OffsetDeleteResponseTopic, int]:
@@ -86,16 +86,16 @@ def _decode_offset_delete_response_topic_v0(buf: Buffer, pos: int) -> tuple[Offs
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_offset_delete_response_partition_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_offset_delete_response_partition_v0(buf, pos)
+        partitions.append(partitions_item)
     return OffsetDeleteResponseTopic(name=name, partitions=partitions), pos
 
 
 def _encode_offset_delete_response_v0(self: OffsetDeleteResponse, out: bytearray) -> None:
     out += _I16_I32.pack(self.error_code, self.throttle_time_ms)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_delete_response_topic_v0(item, out)
+    for topics_item in self.topics:
+        _encode_offset_delete_response_topic_v0(topics_item, out)
 
 
 def _decode_offset_delete_response_v0(buf: Buffer, pos: int) -> tuple[OffsetDeleteResponse, int]:
@@ -104,8 +104,8 @@ def _decode_offset_delete_response_v0(buf: Buffer, pos: int) -> tuple[OffsetDele
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_delete_response_topic_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_delete_response_topic_v0(buf, pos)
+        topics.append(topics_item)
     return OffsetDeleteResponse(error_code=error_code, throttle_time_ms=throttle_time_ms, topics=topics), pos
 
 

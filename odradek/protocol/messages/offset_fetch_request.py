@@ -150,8 +150,8 @@ def _encode_offset_fetch_request_group_v8(self: OffsetFetchRequestGroup, out: by
         out.append(0)
     else:
         write_uvarint(out, len(self.topics) + 1)
-        for item in self.topics:
-            _encode_offset_fetch_request_topics_v8_9(item, out)
+        for topics_item in self.topics:
+            _encode_offset_fetch_request_topics_v8_9(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -165,8 +165,8 @@ def _decode_offset_fetch_request_group_v8(buf: Buffer, pos: int) -> tuple[Offset
     if count >= 0:
         topics = []
         for _ in range(count):
-            item, pos = _decode_offset_fetch_request_topics_v8_9(buf, pos)
-            topics.append(item)
+            topics_item, pos = _decode_offset_fetch_request_topics_v8_9(buf, pos)
+            topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return OffsetFetchRequestGroup(group_id=group_id, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -179,8 +179,8 @@ def _encode_offset_fetch_request_group_v9(self: OffsetFetchRequestGroup, out: by
         out.append(0)
     else:
         write_uvarint(out, len(self.topics) + 1)
-        for item in self.topics:
-            _encode_offset_fetch_request_topics_v8_9(item, out)
+        for topics_item in self.topics:
+            _encode_offset_fetch_request_topics_v8_9(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -197,8 +197,8 @@ def _decode_offset_fetch_request_group_v9(buf: Buffer, pos: int) -> tuple[Offset
     if count >= 0:
         topics = []
         for _ in range(count):
-            item, pos = _decode_offset_fetch_request_topics_v8_9(buf, pos)
-            topics.append(item)
+            topics_item, pos = _decode_offset_fetch_request_topics_v8_9(buf, pos)
+            topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return OffsetFetchRequestGroup(group_id=group_id, member_id=member_id, member_epoch=member_epoch, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -206,8 +206,8 @@ def _decode_offset_fetch_request_group_v9(buf: Buffer, pos: int) -> tuple[Offset
 def _encode_offset_fetch_request_v0_1(self: OffsetFetchRequest, out: bytearray) -> None:
     write_string(out, self.group_id)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_fetch_request_topic_v0_5(item, out)
+    for topics_item in self.topics:
+        _encode_offset_fetch_request_topic_v0_5(topics_item, out)
     if self.groups:
         raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     if self.require_stable:
@@ -219,8 +219,8 @@ def _decode_offset_fetch_request_v0_1(buf: Buffer, pos: int) -> tuple[OffsetFetc
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_fetch_request_topic_v0_5(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_fetch_request_topic_v0_5(buf, pos)
+        topics.append(topics_item)
     return OffsetFetchRequest(group_id=group_id, topics=topics), pos
 
 
@@ -230,8 +230,8 @@ def _encode_offset_fetch_request_v2_5(self: OffsetFetchRequest, out: bytearray) 
         out += NULL_INT32
     else:
         out += INT32.pack(len(self.topics))
-        for item in self.topics:
-            _encode_offset_fetch_request_topic_v0_5(item, out)
+        for topics_item in self.topics:
+            _encode_offset_fetch_request_topic_v0_5(topics_item, out)
     if self.groups:
         raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     if self.require_stable:
@@ -245,8 +245,8 @@ def _decode_offset_fetch_request_v2_5(buf: Buffer, pos: int) -> tuple[OffsetFetc
     if count >= 0:
         topics = []
         for _ in range(count):
-            item, pos = _decode_offset_fetch_request_topic_v0_5(buf, pos)
-            topics.append(item)
+            topics_item, pos = _decode_offset_fetch_request_topic_v0_5(buf, pos)
+            topics.append(topics_item)
     return OffsetFetchRequest(group_id=group_id, topics=topics), pos
 
 
@@ -256,8 +256,8 @@ def _encode_offset_fetch_request_v6(self: OffsetFetchRequest, out: bytearray) ->
         out.append(0)
     else:
         write_uvarint(out, len(self.topics) + 1)
-        for item in self.topics:
-            _encode_offset_fetch_request_topic_v6_7(item, out)
+        for topics_item in self.topics:
+            _encode_offset_fetch_request_topic_v6_7(topics_item, out)
     if self.groups:
         raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     if self.require_stable:
@@ -275,8 +275,8 @@ def _decode_offset_fetch_request_v6(buf: Buffer, pos: int) -> tuple[OffsetFetchR
     if count >= 0:
         topics = []
         for _ in range(count):
-            item, pos = _decode_offset_fetch_request_topic_v6_7(buf, pos)
-            topics.append(item)
+            topics_item, pos = _decode_offset_fetch_request_topic_v6_7(buf, pos)
+            topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return OffsetFetchRequest(group_id=group_id, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -287,8 +287,8 @@ def _encode_offset_fetch_request_v7(self: OffsetFetchRequest, out: bytearray) ->
         out.append(0)
     else:
         write_uvarint(out, len(self.topics) + 1)
-        for item in self.topics:
-            _encode_offset_fetch_request_topic_v6_7(item, out)
+        for topics_item in self.topics:
+            _encode_offset_fetch_request_topic_v6_7(topics_item, out)
     if self.groups:
         raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     out += _BOOL.pack(self.require_stable)
@@ -305,8 +305,8 @@ def _decode_offset_fetch_request_v7(buf: Buffer, pos: int) -> tuple[OffsetFetchR
     if count >= 0:
         topics = []
         for _ in range(count):
-            item, pos = _decode_offset_fetch_request_topic_v6_7(buf, pos)
-            topics.append(item)
+            topics_item, pos = _decode_offset_fetch_request_topic_v6_7(buf, pos)
+            topics.append(topics_item)
     (require_stable,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -319,8 +319,8 @@ def _encode_offset_fetch_request_v8(self: OffsetFetchRequest, out: bytearray) ->
     if self.topics:
         raise EncodeError("topics exists only in versions 0-7 and is not ignorable")
     write_uvarint(out, len(self.groups) + 1)
-    for item in self.groups:
-        _encode_offset_fetch_request_group_v8(item, out)
+    for groups_item in self.groups:
+        _encode_offset_fetch_request_group_v8(groups_item, out)
     out += _BOOL.pack(self.require_stable)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -332,8 +332,8 @@ def _decode_offset_fetch_request_v8(buf: Buffer, pos: int) -> tuple[OffsetFetchR
     count, pos = read_compact_array_length(buf, pos, False)
     groups = []
     for _ in range(count):
-        item, pos = _decode_offset_fetch_request_group_v8(buf, pos)
-        groups.append(item)
+        groups_item, pos = _decode_offset_fetch_request_group_v8(buf, pos)
+        groups.append(groups_item)
     (require_stable,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -346,8 +346,8 @@ def _encode_offset_fetch_request_v9(self: OffsetFetchRequest, out: bytearray) ->
     if self.topics:
         raise EncodeError("topics exists only in versions 0-7 and is not ignorable")
     write_uvarint(out, len(self.groups) + 1)
-    for item in self.groups:
-        _encode_offset_fetch_request_group_v9(item, out)
+    for groups_item in self.groups:
+        _encode_offset_fetch_request_group_v9(groups_item, out)
     out += _BOOL.pack(self.require_stable)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -359,8 +359,8 @@ def _decode_offset_fetch_request_v9(buf: Buffer, pos: int) -> tuple[OffsetFetchR
     count, pos = read_compact_array_length(buf, pos, False)
     groups = []
     for _ in range(count):
-        item, pos = _decode_offset_fetch_request_group_v9(buf, pos)
-        groups.append(item)
+        groups_item, pos = _decode_offset_fetch_request_group_v9(buf, pos)
+        groups.append(groups_item)
     (require_stable,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     unknown, pos = read_unknown_tagged_fields(buf, pos)

@@ -182,8 +182,8 @@ def _decode_offset_fetch_response_partition_v6_7(buf: Buffer, pos: int) -> tuple
 def _encode_offset_fetch_response_topic_v0_4(self: OffsetFetchResponseTopic, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_offset_fetch_response_partition_v0_4(item, out)
+    for partitions_item in self.partitions:
+        _encode_offset_fetch_response_partition_v0_4(partitions_item, out)
 
 
 def _decode_offset_fetch_response_topic_v0_4(buf: Buffer, pos: int) -> tuple[OffsetFetchResponseTopic, int]:
@@ -191,16 +191,16 @@ def _decode_offset_fetch_response_topic_v0_4(buf: Buffer, pos: int) -> tuple[Off
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_offset_fetch_response_partition_v0_4(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_offset_fetch_response_partition_v0_4(buf, pos)
+        partitions.append(partitions_item)
     return OffsetFetchResponseTopic(name=name, partitions=partitions), pos
 
 
 def _encode_offset_fetch_response_topic_v5(self: OffsetFetchResponseTopic, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_offset_fetch_response_partition_v5(item, out)
+    for partitions_item in self.partitions:
+        _encode_offset_fetch_response_partition_v5(partitions_item, out)
 
 
 def _decode_offset_fetch_response_topic_v5(buf: Buffer, pos: int) -> tuple[OffsetFetchResponseTopic, int]:
@@ -208,16 +208,16 @@ def _decode_offset_fetch_response_topic_v5(buf: Buffer, pos: int) -> tuple[Offse
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_offset_fetch_response_partition_v5(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_offset_fetch_response_partition_v5(buf, pos)
+        partitions.append(partitions_item)
     return OffsetFetchResponseTopic(name=name, partitions=partitions), pos
 
 
 def _encode_offset_fetch_response_topic_v6_7(self: OffsetFetchResponseTopic, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_offset_fetch_response_partition_v6_7(item, out)
+    for partitions_item in self.partitions:
+        _encode_offset_fetch_response_partition_v6_7(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -229,8 +229,8 @@ def _decode_offset_fetch_response_topic_v6_7(buf: Buffer, pos: int) -> tuple[Off
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_offset_fetch_response_partition_v6_7(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_offset_fetch_response_partition_v6_7(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return OffsetFetchResponseTopic(name=name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -258,8 +258,8 @@ def _decode_offset_fetch_response_partitions_v8_9(buf: Buffer, pos: int) -> tupl
 def _encode_offset_fetch_response_topics_v8_9(self: OffsetFetchResponseTopics, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_offset_fetch_response_partitions_v8_9(item, out)
+    for partitions_item in self.partitions:
+        _encode_offset_fetch_response_partitions_v8_9(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -271,8 +271,8 @@ def _decode_offset_fetch_response_topics_v8_9(buf: Buffer, pos: int) -> tuple[Of
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_offset_fetch_response_partitions_v8_9(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_offset_fetch_response_partitions_v8_9(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return OffsetFetchResponseTopics(name=name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -280,8 +280,8 @@ def _decode_offset_fetch_response_topics_v8_9(buf: Buffer, pos: int) -> tuple[Of
 def _encode_offset_fetch_response_group_v8_9(self: OffsetFetchResponseGroup, out: bytearray) -> None:
     write_compact_string(out, self.group_id)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_offset_fetch_response_topics_v8_9(item, out)
+    for topics_item in self.topics:
+        _encode_offset_fetch_response_topics_v8_9(topics_item, out)
     out += _I16.pack(self.error_code)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -294,8 +294,8 @@ def _decode_offset_fetch_response_group_v8_9(buf: Buffer, pos: int) -> tuple[Off
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_fetch_response_topics_v8_9(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_fetch_response_topics_v8_9(buf, pos)
+        topics.append(topics_item)
     (error_code,) = _I16.unpack_from(buf, pos)
     pos += 2
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -304,8 +304,8 @@ def _decode_offset_fetch_response_group_v8_9(buf: Buffer, pos: int) -> tuple[Off
 
 def _encode_offset_fetch_response_v0_1(self: OffsetFetchResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_fetch_response_topic_v0_4(item, out)
+    for topics_item in self.topics:
+        _encode_offset_fetch_response_topic_v0_4(topics_item, out)
     if self.groups:
         raise EncodeError("groups exists only in versions 8+ and is not ignorable")
 
@@ -314,15 +314,15 @@ def _decode_offset_fetch_response_v0_1(buf: Buffer, pos: int) -> tuple[OffsetFet
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_fetch_response_topic_v0_4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_fetch_response_topic_v0_4(buf, pos)
+        topics.append(topics_item)
     return OffsetFetchResponse(topics=topics), pos
 
 
 def _encode_offset_fetch_response_v2(self: OffsetFetchResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_fetch_response_topic_v0_4(item, out)
+    for topics_item in self.topics:
+        _encode_offset_fetch_response_topic_v0_4(topics_item, out)
     if self.groups:
         raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     out += _I16.pack(self.error_code)
@@ -332,8 +332,8 @@ def _decode_offset_fetch_response_v2(buf: Buffer, pos: int) -> tuple[OffsetFetch
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_fetch_response_topic_v0_4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_fetch_response_topic_v0_4(buf, pos)
+        topics.append(topics_item)
     (error_code,) = _I16.unpack_from(buf, pos)
     pos += 2
     return OffsetFetchResponse(topics=topics, error_code=error_code), pos
@@ -342,8 +342,8 @@ def _decode_offset_fetch_response_v2(buf: Buffer, pos: int) -> tuple[OffsetFetch
 def _encode_offset_fetch_response_v3_4(self: OffsetFetchResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_fetch_response_topic_v0_4(item, out)
+    for topics_item in self.topics:
+        _encode_offset_fetch_response_topic_v0_4(topics_item, out)
     if self.groups:
         raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     out += _I16.pack(self.error_code)
@@ -355,8 +355,8 @@ def _decode_offset_fetch_response_v3_4(buf: Buffer, pos: int) -> tuple[OffsetFet
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_fetch_response_topic_v0_4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_fetch_response_topic_v0_4(buf, pos)
+        topics.append(topics_item)
     (error_code,) = _I16.unpack_from(buf, pos)
     pos += 2
     return OffsetFetchResponse(throttle_time_ms=throttle_time_ms, topics=topics, error_code=error_code), pos
@@ -365,8 +365,8 @@ def _decode_offset_fetch_response_v3_4(buf: Buffer, pos: int) -> tuple[OffsetFet
 def _encode_offset_fetch_response_v5(self: OffsetFetchResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_fetch_response_topic_v5(item, out)
+    for topics_item in self.topics:
+        _encode_offset_fetch_response_topic_v5(topics_item, out)
     if self.groups:
         raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     out += _I16.pack(self.error_code)
@@ -378,8 +378,8 @@ def _decode_offset_fetch_response_v5(buf: Buffer, pos: int) -> tuple[OffsetFetch
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_fetch_response_topic_v5(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_fetch_response_topic_v5(buf, pos)
+        topics.append(topics_item)
     (error_code,) = _I16.unpack_from(buf, pos)
     pos += 2
     return OffsetFetchResponse(throttle_time_ms=throttle_time_ms, topics=topics, error_code=error_code), pos
@@ -388,8 +388,8 @@ def _decode_offset_fetch_response_v5(buf: Buffer, pos: int) -> tuple[OffsetFetch
 def _encode_offset_fetch_response_v6_7(self: OffsetFetchResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_offset_fetch_response_topic_v6_7(item, out)
+    for topics_item in self.topics:
+        _encode_offset_fetch_response_topic_v6_7(topics_item, out)
     if self.groups:
         raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     out += _I16.pack(self.error_code)
@@ -405,8 +405,8 @@ def _decode_offset_fetch_response_v6_7(buf: Buffer, pos: int) -> tuple[OffsetFet
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_fetch_response_topic_v6_7(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_fetch_response_topic_v6_7(buf, pos)
+        topics.append(topics_item)
     (error_code,) = _I16.unpack_from(buf, pos)
     pos += 2
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -418,8 +418,8 @@ def _encode_offset_fetch_response_v8_9(self: OffsetFetchResponse, out: bytearray
         raise EncodeError("topics exists only in versions 0-7 and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.groups) + 1)
-    for item in self.groups:
-        _encode_offset_fetch_response_group_v8_9(item, out)
+    for groups_item in self.groups:
+        _encode_offset_fetch_response_group_v8_9(groups_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -432,8 +432,8 @@ def _decode_offset_fetch_response_v8_9(buf: Buffer, pos: int) -> tuple[OffsetFet
     count, pos = read_compact_array_length(buf, pos, False)
     groups = []
     for _ in range(count):
-        item, pos = _decode_offset_fetch_response_group_v8_9(buf, pos)
-        groups.append(item)
+        groups_item, pos = _decode_offset_fetch_response_group_v8_9(buf, pos)
+        groups.append(groups_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return OffsetFetchResponse(throttle_time_ms=throttle_time_ms, groups=groups, unknown_tagged_fields=unknown), pos
 

@@ -109,8 +109,8 @@ def _decode_offset_for_leader_partition_v4(buf: Buffer, pos: int) -> tuple[Offse
 def _encode_offset_for_leader_topic_v0_1(self: OffsetForLeaderTopic, out: bytearray) -> None:
     write_string(out, self.topic)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_offset_for_leader_partition_v0_1(item, out)
+    for partitions_item in self.partitions:
+        _encode_offset_for_leader_partition_v0_1(partitions_item, out)
 
 
 def _decode_offset_for_leader_topic_v0_1(buf: Buffer, pos: int) -> tuple[OffsetForLeaderTopic, int]:
@@ -118,16 +118,16 @@ def _decode_offset_for_leader_topic_v0_1(buf: Buffer, pos: int) -> tuple[OffsetF
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_offset_for_leader_partition_v0_1(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_offset_for_leader_partition_v0_1(buf, pos)
+        partitions.append(partitions_item)
     return OffsetForLeaderTopic(topic=topic, partitions=partitions), pos
 
 
 def _encode_offset_for_leader_topic_v2_3(self: OffsetForLeaderTopic, out: bytearray) -> None:
     write_string(out, self.topic)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_offset_for_leader_partition_v2_3(item, out)
+    for partitions_item in self.partitions:
+        _encode_offset_for_leader_partition_v2_3(partitions_item, out)
 
 
 def _decode_offset_for_leader_topic_v2_3(buf: Buffer, pos: int) -> tuple[OffsetForLeaderTopic, int]:
@@ -135,16 +135,16 @@ def _decode_offset_for_leader_topic_v2_3(buf: Buffer, pos: int) -> tuple[OffsetF
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_offset_for_leader_partition_v2_3(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_offset_for_leader_partition_v2_3(buf, pos)
+        partitions.append(partitions_item)
     return OffsetForLeaderTopic(topic=topic, partitions=partitions), pos
 
 
 def _encode_offset_for_leader_topic_v4(self: OffsetForLeaderTopic, out: bytearray) -> None:
     write_compact_string(out, self.topic)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_offset_for_leader_partition_v4(item, out)
+    for partitions_item in self.partitions:
+        _encode_offset_for_leader_partition_v4(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -156,47 +156,47 @@ def _decode_offset_for_leader_topic_v4(buf: Buffer, pos: int) -> tuple[OffsetFor
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_offset_for_leader_partition_v4(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_offset_for_leader_partition_v4(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return OffsetForLeaderTopic(topic=topic, partitions=partitions, unknown_tagged_fields=unknown), pos
 
 
 def _encode_offset_for_leader_epoch_request_v0_1(self: OffsetForLeaderEpochRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_for_leader_topic_v0_1(item, out)
+    for topics_item in self.topics:
+        _encode_offset_for_leader_topic_v0_1(topics_item, out)
 
 
 def _decode_offset_for_leader_epoch_request_v0_1(buf: Buffer, pos: int) -> tuple[OffsetForLeaderEpochRequest, int]:
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_for_leader_topic_v0_1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_for_leader_topic_v0_1(buf, pos)
+        topics.append(topics_item)
     return OffsetForLeaderEpochRequest(topics=topics), pos
 
 
 def _encode_offset_for_leader_epoch_request_v2(self: OffsetForLeaderEpochRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_for_leader_topic_v2_3(item, out)
+    for topics_item in self.topics:
+        _encode_offset_for_leader_topic_v2_3(topics_item, out)
 
 
 def _decode_offset_for_leader_epoch_request_v2(buf: Buffer, pos: int) -> tuple[OffsetForLeaderEpochRequest, int]:
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_for_leader_topic_v2_3(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_for_leader_topic_v2_3(buf, pos)
+        topics.append(topics_item)
     return OffsetForLeaderEpochRequest(topics=topics), pos
 
 
 def _encode_offset_for_leader_epoch_request_v3(self: OffsetForLeaderEpochRequest, out: bytearray) -> None:
     out += _I32.pack(self.replica_id)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_for_leader_topic_v2_3(item, out)
+    for topics_item in self.topics:
+        _encode_offset_for_leader_topic_v2_3(topics_item, out)
 
 
 def _decode_offset_for_leader_epoch_request_v3(buf: Buffer, pos: int) -> tuple[OffsetForLeaderEpochRequest, int]:
@@ -205,16 +205,16 @@ def _decode_offset_for_leader_epoch_request_v3(buf: Buffer, pos: int) -> tuple[O
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_for_leader_topic_v2_3(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_for_leader_topic_v2_3(buf, pos)
+        topics.append(topics_item)
     return OffsetForLeaderEpochRequest(replica_id=replica_id, topics=topics), pos
 
 
 def _encode_offset_for_leader_epoch_request_v4(self: OffsetForLeaderEpochRequest, out: bytearray) -> None:
     out += _I32.pack(self.replica_id)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_offset_for_leader_topic_v4(item, out)
+    for topics_item in self.topics:
+        _encode_offset_for_leader_topic_v4(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -227,8 +227,8 @@ def _decode_offset_for_leader_epoch_request_v4(buf: Buffer, pos: int) -> tuple[O
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_for_leader_topic_v4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_for_leader_topic_v4(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return OffsetForLeaderEpochRequest(replica_id=replica_id, topics=topics, unknown_tagged_fields=unknown), pos
 

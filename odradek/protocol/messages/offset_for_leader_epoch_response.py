@@ -111,8 +111,8 @@ def _decode_epoch_end_offset_v4(buf: Buffer, pos: int) -> tuple[EpochEndOffset, 
 def _encode_offset_for_leader_topic_result_v0(self: OffsetForLeaderTopicResult, out: bytearray) -> None:
     write_string(out, self.topic)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_epoch_end_offset_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_epoch_end_offset_v0(partitions_item, out)
 
 
 def _decode_offset_for_leader_topic_result_v0(buf: Buffer, pos: int) -> tuple[OffsetForLeaderTopicResult, int]:
@@ -120,16 +120,16 @@ def _decode_offset_for_leader_topic_result_v0(buf: Buffer, pos: int) -> tuple[Of
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_epoch_end_offset_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_epoch_end_offset_v0(buf, pos)
+        partitions.append(partitions_item)
     return OffsetForLeaderTopicResult(topic=topic, partitions=partitions), pos
 
 
 def _encode_offset_for_leader_topic_result_v1_3(self: OffsetForLeaderTopicResult, out: bytearray) -> None:
     write_string(out, self.topic)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_epoch_end_offset_v1_3(item, out)
+    for partitions_item in self.partitions:
+        _encode_epoch_end_offset_v1_3(partitions_item, out)
 
 
 def _decode_offset_for_leader_topic_result_v1_3(buf: Buffer, pos: int) -> tuple[OffsetForLeaderTopicResult, int]:
@@ -137,16 +137,16 @@ def _decode_offset_for_leader_topic_result_v1_3(buf: Buffer, pos: int) -> tuple[
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_epoch_end_offset_v1_3(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_epoch_end_offset_v1_3(buf, pos)
+        partitions.append(partitions_item)
     return OffsetForLeaderTopicResult(topic=topic, partitions=partitions), pos
 
 
 def _encode_offset_for_leader_topic_result_v4(self: OffsetForLeaderTopicResult, out: bytearray) -> None:
     write_compact_string(out, self.topic)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_epoch_end_offset_v4(item, out)
+    for partitions_item in self.partitions:
+        _encode_epoch_end_offset_v4(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -158,47 +158,47 @@ def _decode_offset_for_leader_topic_result_v4(buf: Buffer, pos: int) -> tuple[Of
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_epoch_end_offset_v4(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_epoch_end_offset_v4(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return OffsetForLeaderTopicResult(topic=topic, partitions=partitions, unknown_tagged_fields=unknown), pos
 
 
 def _encode_offset_for_leader_epoch_response_v0(self: OffsetForLeaderEpochResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_for_leader_topic_result_v0(item, out)
+    for topics_item in self.topics:
+        _encode_offset_for_leader_topic_result_v0(topics_item, out)
 
 
 def _decode_offset_for_leader_epoch_response_v0(buf: Buffer, pos: int) -> tuple[OffsetForLeaderEpochResponse, int]:
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_for_leader_topic_result_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_for_leader_topic_result_v0(buf, pos)
+        topics.append(topics_item)
     return OffsetForLeaderEpochResponse(topics=topics), pos
 
 
 def _encode_offset_for_leader_epoch_response_v1(self: OffsetForLeaderEpochResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_for_leader_topic_result_v1_3(item, out)
+    for topics_item in self.topics:
+        _encode_offset_for_leader_topic_result_v1_3(topics_item, out)
 
 
 def _decode_offset_for_leader_epoch_response_v1(buf: Buffer, pos: int) -> tuple[OffsetForLeaderEpochResponse, int]:
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_for_leader_topic_result_v1_3(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_for_leader_topic_result_v1_3(buf, pos)
+        topics.append(topics_item)
     return OffsetForLeaderEpochResponse(topics=topics), pos
 
 
 def _encode_offset_for_leader_epoch_response_v2_3(self: OffsetForLeaderEpochResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_offset_for_leader_topic_result_v1_3(item, out)
+    for topics_item in self.topics:
+        _encode_offset_for_leader_topic_result_v1_3(topics_item, out)
 
 
 def _decode_offset_for_leader_epoch_response_v2_3(buf: Buffer, pos: int) -> tuple[OffsetForLeaderEpochResponse, int]:
@@ -207,16 +207,16 @@ def _decode_offset_for_leader_epoch_response_v2_3(buf: Buffer, pos: int) -> tupl
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_for_leader_topic_result_v1_3(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_for_leader_topic_result_v1_3(buf, pos)
+        topics.append(topics_item)
     return OffsetForLeaderEpochResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
 
 
 def _encode_offset_for_leader_epoch_response_v4(self: OffsetForLeaderEpochResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_offset_for_leader_topic_result_v4(item, out)
+    for topics_item in self.topics:
+        _encode_offset_for_leader_topic_result_v4(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -229,8 +229,8 @@ def _decode_offset_for_leader_epoch_response_v4(buf: Buffer, pos: int) -> tuple[
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_offset_for_leader_topic_result_v4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_offset_for_leader_topic_result_v4(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return OffsetForLeaderEpochResponse(throttle_time_ms=throttle_time_ms, topics=topics, unknown_tagged_fields=unknown), pos
 

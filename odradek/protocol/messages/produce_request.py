@@ -113,8 +113,8 @@ def _decode_partition_produce_data_v9_11(buf: Buffer, pos: int) -> tuple[Partiti
 def _encode_topic_produce_data_v0_8(self: TopicProduceData, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partition_data))
-    for item in self.partition_data:
-        _encode_partition_produce_data_v0_8(item, out)
+    for partition_data_item in self.partition_data:
+        _encode_partition_produce_data_v0_8(partition_data_item, out)
 
 
 def _decode_topic_produce_data_v0_8(buf: Buffer, pos: int) -> tuple[TopicProduceData, int]:
@@ -122,16 +122,16 @@ def _decode_topic_produce_data_v0_8(buf: Buffer, pos: int) -> tuple[TopicProduce
     count, pos = read_array_length(buf, pos, False)
     partition_data = []
     for _ in range(count):
-        item, pos = _decode_partition_produce_data_v0_8(buf, pos)
-        partition_data.append(item)
+        partition_data_item, pos = _decode_partition_produce_data_v0_8(buf, pos)
+        partition_data.append(partition_data_item)
     return TopicProduceData(name=name, partition_data=partition_data), pos
 
 
 def _encode_topic_produce_data_v9_11(self: TopicProduceData, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partition_data) + 1)
-    for item in self.partition_data:
-        _encode_partition_produce_data_v9_11(item, out)
+    for partition_data_item in self.partition_data:
+        _encode_partition_produce_data_v9_11(partition_data_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -143,8 +143,8 @@ def _decode_topic_produce_data_v9_11(buf: Buffer, pos: int) -> tuple[TopicProduc
     count, pos = read_compact_array_length(buf, pos, False)
     partition_data = []
     for _ in range(count):
-        item, pos = _decode_partition_produce_data_v9_11(buf, pos)
-        partition_data.append(item)
+        partition_data_item, pos = _decode_partition_produce_data_v9_11(buf, pos)
+        partition_data.append(partition_data_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicProduceData(name=name, partition_data=partition_data, unknown_tagged_fields=unknown), pos
 
@@ -154,8 +154,8 @@ def _encode_produce_request_v0_2(self: ProduceRequest, out: bytearray) -> None:
         raise EncodeError("transactional_id exists only in versions 3+ and is not ignorable")
     out += _I16_I32.pack(self.acks, self.timeout_ms)
     out += INT32.pack(len(self.topic_data))
-    for item in self.topic_data:
-        _encode_topic_produce_data_v0_8(item, out)
+    for topic_data_item in self.topic_data:
+        _encode_topic_produce_data_v0_8(topic_data_item, out)
 
 
 def _decode_produce_request_v0_2(buf: Buffer, pos: int) -> tuple[ProduceRequest, int]:
@@ -164,8 +164,8 @@ def _decode_produce_request_v0_2(buf: Buffer, pos: int) -> tuple[ProduceRequest,
     count, pos = read_array_length(buf, pos, False)
     topic_data = []
     for _ in range(count):
-        item, pos = _decode_topic_produce_data_v0_8(buf, pos)
-        topic_data.append(item)
+        topic_data_item, pos = _decode_topic_produce_data_v0_8(buf, pos)
+        topic_data.append(topic_data_item)
     return ProduceRequest(acks=acks, timeout_ms=timeout_ms, topic_data=topic_data), pos
 
 
@@ -173,8 +173,8 @@ def _encode_produce_request_v3_8(self: ProduceRequest, out: bytearray) -> None:
     write_nullable_string(out, self.transactional_id)
     out += _I16_I32.pack(self.acks, self.timeout_ms)
     out += INT32.pack(len(self.topic_data))
-    for item in self.topic_data:
-        _encode_topic_produce_data_v0_8(item, out)
+    for topic_data_item in self.topic_data:
+        _encode_topic_produce_data_v0_8(topic_data_item, out)
 
 
 def _decode_produce_request_v3_8(buf: Buffer, pos: int) -> tuple[ProduceRequest, int]:
@@ -184,8 +184,8 @@ def _decode_produce_request_v3_8(buf: Buffer, pos: int) -> tuple[ProduceRequest,
     count, pos = read_array_length(buf, pos, False)
     topic_data = []
     for _ in range(count):
-        item, pos = _decode_topic_produce_data_v0_8(buf, pos)
-        topic_data.append(item)
+        topic_data_item, pos = _decode_topic_produce_data_v0_8(buf, pos)
+        topic_data.append(topic_data_item)
     return ProduceRequest(transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms, topic_data=topic_data), pos
 
 
@@ -193,8 +193,8 @@ def _encode_produce_request_v9_11(self: ProduceRequest, out: bytearray) -> None:
     write_compact_nullable_string(out, self.transactional_id)
     out += _I16_I32.pack(self.acks, self.timeout_ms)
     write_uvarint(out, len(self.topic_data) + 1)
-    for item in self.topic_data:
-        _encode_topic_produce_data_v9_11(item, out)
+    for topic_data_item in self.topic_data:
+        _encode_topic_produce_data_v9_11(topic_data_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -208,8 +208,8 @@ def _decode_produce_request_v9_11(buf: Buffer, pos: int) -> tuple[ProduceRequest
     count, pos = read_compact_array_length(buf, pos, False)
     topic_data = []
     for _ in range(count):
-        item, pos = _decode_topic_produce_data_v9_11(buf, pos)
-        topic_data.append(item)
+        topic_data_item, pos = _decode_topic_produce_data_v9_11(buf, pos)
+        topic_data.append(topic_data_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ProduceRequest(transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms, topic_data=topic_data, unknown_tagged_fields=unknown), pos
 

@@ -216,8 +216,8 @@ def _decode_partition_produce_response_v5_7(buf: Buffer, pos: int) -> tuple[Part
 def _encode_partition_produce_response_v8(self: PartitionProduceResponse, out: bytearray) -> None:
     out += _I32_I16_I64_I64_I64.pack(self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset)
     out += INT32.pack(len(self.record_errors))
-    for item in self.record_errors:
-        _encode_batch_index_and_error_message_v8(item, out)
+    for record_errors_item in self.record_errors:
+        _encode_batch_index_and_error_message_v8(record_errors_item, out)
     write_nullable_string(out, self.error_message)
     if self.current_leader != LeaderIdAndEpoch():
         raise EncodeError("current_leader exists only in versions 10+ and is not ignorable")
@@ -229,8 +229,8 @@ def _decode_partition_produce_response_v8(buf: Buffer, pos: int) -> tuple[Partit
     count, pos = read_array_length(buf, pos, False)
     record_errors = []
     for _ in range(count):
-        item, pos = _decode_batch_index_and_error_message_v8(buf, pos)
-        record_errors.append(item)
+        record_errors_item, pos = _decode_batch_index_and_error_message_v8(buf, pos)
+        record_errors.append(record_errors_item)
     error_message, pos = read_nullable_string(buf, pos)
     return PartitionProduceResponse(index=index, error_code=error_code, base_offset=base_offset, log_append_time_ms=log_append_time_ms, log_start_offset=log_start_offset, record_errors=record_errors, error_message=error_message), pos
 
@@ -238,8 +238,8 @@ def _decode_partition_produce_response_v8(buf: Buffer, pos: int) -> tuple[Partit
 def _encode_partition_produce_response_v9(self: PartitionProduceResponse, out: bytearray) -> None:
     out += _I32_I16_I64_I64_I64.pack(self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset)
     write_uvarint(out, len(self.record_errors) + 1)
-    for item in self.record_errors:
-        _encode_batch_index_and_error_message_v9_11(item, out)
+    for record_errors_item in self.record_errors:
+        _encode_batch_index_and_error_message_v9_11(record_errors_item, out)
     write_compact_nullable_string(out, self.error_message)
     if self.current_leader != LeaderIdAndEpoch():
         raise EncodeError("current_leader exists only in versions 10+ and is not ignorable")
@@ -255,8 +255,8 @@ def _decode_partition_produce_response_v9(buf: Buffer, pos: int) -> tuple[Partit
     count, pos = read_compact_array_length(buf, pos, False)
     record_errors = []
     for _ in range(count):
-        item, pos = _decode_batch_index_and_error_message_v9_11(buf, pos)
-        record_errors.append(item)
+        record_errors_item, pos = _decode_batch_index_and_error_message_v9_11(buf, pos)
+        record_errors.append(record_errors_item)
     error_message, pos = read_compact_nullable_string(buf, pos)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return PartitionProduceResponse(index=index, error_code=error_code, base_offset=base_offset, log_append_time_ms=log_append_time_ms, log_start_offset=log_start_offset, record_errors=record_errors, error_message=error_message, unknown_tagged_fields=unknown), pos
@@ -265,8 +265,8 @@ def _decode_partition_produce_response_v9(buf: Buffer, pos: int) -> tuple[Partit
 def _encode_partition_produce_response_v10_11(self: PartitionProduceResponse, out: bytearray) -> None:
     out += _I32_I16_I64_I64_I64.pack(self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset)
     write_uvarint(out, len(self.record_errors) + 1)
-    for item in self.record_errors:
-        _encode_batch_index_and_error_message_v9_11(item, out)
+    for record_errors_item in self.record_errors:
+        _encode_batch_index_and_error_message_v9_11(record_errors_item, out)
     write_compact_nullable_string(out, self.error_message)
     tagged: list[tuple[int, Buffer]] = []
     if self.current_leader != LeaderIdAndEpoch():
@@ -282,8 +282,8 @@ def _decode_partition_produce_response_v10_11(buf: Buffer, pos: int) -> tuple[Pa
     count, pos = read_compact_array_length(buf, pos, False)
     record_errors = []
     for _ in range(count):
-        item, pos = _decode_batch_index_and_error_message_v9_11(buf, pos)
-        record_errors.append(item)
+        record_errors_item, pos = _decode_batch_index_and_error_message_v9_11(buf, pos)
+        record_errors.append(record_errors_item)
     error_message, pos = read_compact_nullable_string(buf, pos)
     current_leader = LeaderIdAndEpoch()
     unknown = None
@@ -304,8 +304,8 @@ def _decode_partition_produce_response_v10_11(buf: Buffer, pos: int) -> tuple[Pa
 def _encode_topic_produce_response_v0_1(self: TopicProduceResponse, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partition_responses))
-    for item in self.partition_responses:
-        _encode_partition_produce_response_v0_1(item, out)
+    for partition_responses_item in self.partition_responses:
+        _encode_partition_produce_response_v0_1(partition_responses_item, out)
 
 
 def _decode_topic_produce_response_v0_1(buf: Buffer, pos: int) -> tuple[TopicProduceResponse, int]:
@@ -313,16 +313,16 @@ def _decode_topic_produce_response_v0_1(buf: Buffer, pos: int) -> tuple[TopicPro
     count, pos = read_array_length(buf, pos, False)
     partition_responses = []
     for _ in range(count):
-        item, pos = _decode_partition_produce_response_v0_1(buf, pos)
-        partition_responses.append(item)
+        partition_responses_item, pos = _decode_partition_produce_response_v0_1(buf, pos)
+        partition_responses.append(partition_responses_item)
     return TopicProduceResponse(name=name, partition_responses=partition_responses), pos
 
 
 def _encode_topic_produce_response_v2_4(self: TopicProduceResponse, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partition_responses))
-    for item in self.partition_responses:
-        _encode_partition_produce_response_v2_4(item, out)
+    for partition_responses_item in self.partition_responses:
+        _encode_partition_produce_response_v2_4(partition_responses_item, out)
 
 
 def _decode_topic_produce_response_v2_4(buf: Buffer, pos: int) -> tuple[TopicProduceResponse, int]:
@@ -330,16 +330,16 @@ def _decode_topic_produce_response_v2_4(buf: Buffer, pos: int) -> tuple[TopicPro
     count, pos = read_array_length(buf, pos, False)
     partition_responses = []
     for _ in range(count):
-        item, pos = _decode_partition_produce_response_v2_4(buf, pos)
-        partition_responses.append(item)
+        partition_responses_item, pos = _decode_partition_produce_response_v2_4(buf, pos)
+        partition_responses.append(partition_responses_item)
     return TopicProduceResponse(name=name, partition_responses=partition_responses), pos
 
 
 def _encode_topic_produce_response_v5_7(self: TopicProduceResponse, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partition_responses))
-    for item in self.partition_responses:
-        _encode_partition_produce_response_v5_7(item, out)
+    for partition_responses_item in self.partition_responses:
+        _encode_partition_produce_response_v5_7(partition_responses_item, out)
 
 
 def _decode_topic_produce_response_v5_7(buf: Buffer, pos: int) -> tuple[TopicProduceResponse, int]:
@@ -347,16 +347,16 @@ def _decode_topic_produce_response_v5_7(buf: Buffer, pos: int) -> tuple[TopicPro
     count, pos = read_array_length(buf, pos, False)
     partition_responses = []
     for _ in range(count):
-        item, pos = _decode_partition_produce_response_v5_7(buf, pos)
-        partition_responses.append(item)
+        partition_responses_item, pos = _decode_partition_produce_response_v5_7(buf, pos)
+        partition_responses.append(partition_responses_item)
     return TopicProduceResponse(name=name, partition_responses=partition_responses), pos
 
 
 def _encode_topic_produce_response_v8(self: TopicProduceResponse, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partition_responses))
-    for item in self.partition_responses:
-        _encode_partition_produce_response_v8(item, out)
+    for partition_responses_item in self.partition_responses:
+        _encode_partition_produce_response_v8(partition_responses_item, out)
 
 
 def _decode_topic_produce_response_v8(buf: Buffer, pos: int) -> tuple[TopicProduceResponse, int]:
@@ -364,16 +364,16 @@ def _decode_topic_produce_response_v8(buf: Buffer, pos: int) -> tuple[TopicProdu
     count, pos = read_array_length(buf, pos, False)
     partition_responses = []
     for _ in range(count):
-        item, pos = _decode_partition_produce_response_v8(buf, pos)
-        partition_responses.append(item)
+        partition_responses_item, pos = _decode_partition_produce_response_v8(buf, pos)
+        partition_responses.append(partition_responses_item)
     return TopicProduceResponse(name=name, partition_responses=partition_responses), pos
 
 
 def _encode_topic_produce_response_v9(self: TopicProduceResponse, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partition_responses) + 1)
-    for item in self.partition_responses:
-        _encode_partition_produce_response_v9(item, out)
+    for partition_responses_item in self.partition_responses:
+        _encode_partition_produce_response_v9(partition_responses_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -385,8 +385,8 @@ def _decode_topic_produce_response_v9(buf: Buffer, pos: int) -> tuple[TopicProdu
     count, pos = read_compact_array_length(buf, pos, False)
     partition_responses = []
     for _ in range(count):
-        item, pos = _decode_partition_produce_response_v9(buf, pos)
-        partition_responses.append(item)
+        partition_responses_item, pos = _decode_partition_produce_response_v9(buf, pos)
+        partition_responses.append(partition_responses_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicProduceResponse(name=name, partition_responses=partition_responses, unknown_tagged_fields=unknown), pos
 
@@ -394,8 +394,8 @@ def _decode_topic_produce_response_v9(buf: Buffer, pos: int) -> tuple[TopicProdu
 def _encode_topic_produce_response_v10_11(self: TopicProduceResponse, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partition_responses) + 1)
-    for item in self.partition_responses:
-        _encode_partition_produce_response_v10_11(item, out)
+    for partition_responses_item in self.partition_responses:
+        _encode_partition_produce_response_v10_11(partition_responses_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -407,8 +407,8 @@ def _decode_topic_produce_response_v10_11(buf: Buffer, pos: int) -> tuple[TopicP
     count, pos = read_compact_array_length(buf, pos, False)
     partition_responses = []
     for _ in range(count):
-        item, pos = _decode_partition_produce_response_v10_11(buf, pos)
-        partition_responses.append(item)
+        partition_responses_item, pos = _decode_partition_produce_response_v10_11(buf, pos)
+        partition_responses.append(partition_responses_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicProduceResponse(name=name, partition_responses=partition_responses, unknown_tagged_fields=unknown), pos
 
@@ -437,8 +437,8 @@ def _decode_node_endpoint_v10_11(buf: Buffer, pos: int) -> tuple[NodeEndpoint, i
 
 def _encode_produce_response_v0(self: ProduceResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
-    for item in self.responses:
-        _encode_topic_produce_response_v0_1(item, out)
+    for responses_item in self.responses:
+        _encode_topic_produce_response_v0_1(responses_item, out)
     if self.node_endpoints:
         raise EncodeError("node_endpoints exists only in versions 10+ and is not ignorable")
 
@@ -447,15 +447,15 @@ def _decode_produce_response_v0(buf: Buffer, pos: int) -> tuple[ProduceResponse,
     count, pos = read_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_topic_produce_response_v0_1(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_topic_produce_response_v0_1(buf, pos)
+        responses.append(responses_item)
     return ProduceResponse(responses=responses), pos
 
 
 def _encode_produce_response_v1(self: ProduceResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
-    for item in self.responses:
-        _encode_topic_produce_response_v0_1(item, out)
+    for responses_item in self.responses:
+        _encode_topic_produce_response_v0_1(responses_item, out)
     if self.node_endpoints:
         raise EncodeError("node_endpoints exists only in versions 10+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
@@ -465,8 +465,8 @@ def _decode_produce_response_v1(buf: Buffer, pos: int) -> tuple[ProduceResponse,
     count, pos = read_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_topic_produce_response_v0_1(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_topic_produce_response_v0_1(buf, pos)
+        responses.append(responses_item)
     (throttle_time_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     return ProduceResponse(responses=responses, throttle_time_ms=throttle_time_ms), pos
@@ -474,8 +474,8 @@ def _decode_produce_response_v1(buf: Buffer, pos: int) -> tuple[ProduceResponse,
 
 def _encode_produce_response_v2_4(self: ProduceResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
-    for item in self.responses:
-        _encode_topic_produce_response_v2_4(item, out)
+    for responses_item in self.responses:
+        _encode_topic_produce_response_v2_4(responses_item, out)
     if self.node_endpoints:
         raise EncodeError("node_endpoints exists only in versions 10+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
@@ -485,8 +485,8 @@ def _decode_produce_response_v2_4(buf: Buffer, pos: int) -> tuple[ProduceRespons
     count, pos = read_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_topic_produce_response_v2_4(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_topic_produce_response_v2_4(buf, pos)
+        responses.append(responses_item)
     (throttle_time_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     return ProduceResponse(responses=responses, throttle_time_ms=throttle_time_ms), pos
@@ -494,8 +494,8 @@ def _decode_produce_response_v2_4(buf: Buffer, pos: int) -> tuple[ProduceRespons
 
 def _encode_produce_response_v5_7(self: ProduceResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
-    for item in self.responses:
-        _encode_topic_produce_response_v5_7(item, out)
+    for responses_item in self.responses:
+        _encode_topic_produce_response_v5_7(responses_item, out)
     if self.node_endpoints:
         raise EncodeError("node_endpoints exists only in versions 10+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
@@ -505,8 +505,8 @@ def _decode_produce_response_v5_7(buf: Buffer, pos: int) -> tuple[ProduceRespons
     count, pos = read_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_topic_produce_response_v5_7(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_topic_produce_response_v5_7(buf, pos)
+        responses.append(responses_item)
     (throttle_time_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     return ProduceResponse(responses=responses, throttle_time_ms=throttle_time_ms), pos
@@ -514,8 +514,8 @@ def _decode_produce_response_v5_7(buf: Buffer, pos: int) -> tuple[ProduceRespons
 
 def _encode_produce_response_v8(self: ProduceResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
-    for item in self.responses:
-        _encode_topic_produce_response_v8(item, out)
+    for responses_item in self.responses:
+        _encode_topic_produce_response_v8(responses_item, out)
     if self.node_endpoints:
         raise EncodeError("node_endpoints exists only in versions 10+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
@@ -525,8 +525,8 @@ def _decode_produce_response_v8(buf: Buffer, pos: int) -> tuple[ProduceResponse,
     count, pos = read_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_topic_produce_response_v8(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_topic_produce_response_v8(buf, pos)
+        responses.append(responses_item)
     (throttle_time_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     return ProduceResponse(responses=responses, throttle_time_ms=throttle_time_ms), pos
@@ -534,8 +534,8 @@ def _decode_produce_response_v8(buf: Buffer, pos: int) -> tuple[ProduceResponse,
 
 def _encode_produce_response_v9(self: ProduceResponse, out: bytearray) -> None:
     write_uvarint(out, len(self.responses) + 1)
-    for item in self.responses:
-        _encode_topic_produce_response_v9(item, out)
+    for responses_item in self.responses:
+        _encode_topic_produce_response_v9(responses_item, out)
     if self.node_endpoints:
         raise EncodeError("node_endpoints exists only in versions 10+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
@@ -549,8 +549,8 @@ def _decode_produce_response_v9(buf: Buffer, pos: int) -> tuple[ProduceResponse,
     count, pos = read_compact_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_topic_produce_response_v9(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_topic_produce_response_v9(buf, pos)
+        responses.append(responses_item)
     (throttle_time_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -559,15 +559,15 @@ def _decode_produce_response_v9(buf: Buffer, pos: int) -> tuple[ProduceResponse,
 
 def _encode_produce_response_v10_11(self: ProduceResponse, out: bytearray) -> None:
     write_uvarint(out, len(self.responses) + 1)
-    for item in self.responses:
-        _encode_topic_produce_response_v10_11(item, out)
+    for responses_item in self.responses:
+        _encode_topic_produce_response_v10_11(responses_item, out)
     out += _I32.pack(self.throttle_time_ms)
     tagged: list[tuple[int, Buffer]] = []
     if self.node_endpoints:
         data = bytearray()
         write_uvarint(data, len(self.node_endpoints) + 1)
-        for item in self.node_endpoints:
-            _encode_node_endpoint_v10_11(item, data)
+        for node_endpoints_item in self.node_endpoints:
+            _encode_node_endpoint_v10_11(node_endpoints_item, data)
         tagged.append((0, data))
     write_tagged_fields(out, tagged, self.unknown_tagged_fields)
 
@@ -576,8 +576,8 @@ def _decode_produce_response_v10_11(buf: Buffer, pos: int) -> tuple[ProduceRespo
     count, pos = read_compact_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_topic_produce_response_v10_11(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_topic_produce_response_v10_11(buf, pos)
+        responses.append(responses_item)
     (throttle_time_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
     node_endpoints = []
@@ -589,8 +589,8 @@ def _decode_produce_response_v10_11(buf: Buffer, pos: int) -> tuple[ProduceRespo
             count, pos = read_compact_array_length(buf, pos, False)
             node_endpoints = []
             for _ in range(count):
-                item, pos = _decode_node_endpoint_v10_11(buf, pos)
-                node_endpoints.append(item)
+                node_endpoints_item, pos = _decode_node_endpoint_v10_11(buf, pos)
+                node_endpoints.append(node_endpoints_item)
             check_tag_end(pos, end, tag)
         else:
             if unknown is None:

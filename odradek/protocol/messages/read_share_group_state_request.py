@@ -84,8 +84,8 @@ def _decode_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int
 def _encode_read_state_data_v0(self: ReadStateData, out: bytearray) -> None:
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -97,8 +97,8 @@ def _decode_read_state_data_v0(buf: Buffer, pos: int) -> tuple[ReadStateData, in
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ReadStateData(topic_id=topic_id, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -106,8 +106,8 @@ def _decode_read_state_data_v0(buf: Buffer, pos: int) -> tuple[ReadStateData, in
 def _encode_read_share_group_state_request_v0(self: ReadShareGroupStateRequest, out: bytearray) -> None:
     write_compact_string(out, self.group_id)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_read_state_data_v0(item, out)
+    for topics_item in self.topics:
+        _encode_read_state_data_v0(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -119,8 +119,8 @@ def _decode_read_share_group_state_request_v0(buf: Buffer, pos: int) -> tuple[Re
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_read_state_data_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_read_state_data_v0(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ReadShareGroupStateRequest(group_id=group_id, topics=topics, unknown_tagged_fields=unknown), pos
 

@@ -110,8 +110,8 @@ def _encode_partition_result_v0(self: PartitionResult, out: bytearray) -> None:
     write_compact_nullable_string(out, self.error_message)
     out += _I32_I64.pack(self.state_epoch, self.start_offset)
     write_uvarint(out, len(self.state_batches) + 1)
-    for item in self.state_batches:
-        _encode_state_batch_v0(item, out)
+    for state_batches_item in self.state_batches:
+        _encode_state_batch_v0(state_batches_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -127,8 +127,8 @@ def _decode_partition_result_v0(buf: Buffer, pos: int) -> tuple[PartitionResult,
     count, pos = read_compact_array_length(buf, pos, False)
     state_batches = []
     for _ in range(count):
-        item, pos = _decode_state_batch_v0(buf, pos)
-        state_batches.append(item)
+        state_batches_item, pos = _decode_state_batch_v0(buf, pos)
+        state_batches.append(state_batches_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return PartitionResult(partition=partition, error_code=error_code, error_message=error_message, state_epoch=state_epoch, start_offset=start_offset, state_batches=state_batches, unknown_tagged_fields=unknown), pos
 
@@ -136,8 +136,8 @@ def _decode_partition_result_v0(buf: Buffer, pos: int) -> tuple[PartitionResult,
 def _encode_read_state_result_v0(self: ReadStateResult, out: bytearray) -> None:
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_result_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_result_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -149,16 +149,16 @@ def _decode_read_state_result_v0(buf: Buffer, pos: int) -> tuple[ReadStateResult
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_result_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_result_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ReadStateResult(topic_id=topic_id, partitions=partitions, unknown_tagged_fields=unknown), pos
 
 
 def _encode_read_share_group_state_response_v0(self: ReadShareGroupStateResponse, out: bytearray) -> None:
     write_uvarint(out, len(self.results) + 1)
-    for item in self.results:
-        _encode_read_state_result_v0(item, out)
+    for results_item in self.results:
+        _encode_read_state_result_v0(results_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -169,8 +169,8 @@ def _decode_read_share_group_state_response_v0(buf: Buffer, pos: int) -> tuple[R
     count, pos = read_compact_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_read_state_result_v0(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_read_state_result_v0(buf, pos)
+        results.append(results_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ReadShareGroupStateResponse(results=results, unknown_tagged_fields=unknown), pos
 

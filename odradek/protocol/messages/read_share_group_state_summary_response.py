@@ -94,8 +94,8 @@ def _decode_partition_result_v0(buf: Buffer, pos: int) -> tuple[PartitionResult,
 def _encode_read_state_summary_result_v0(self: ReadStateSummaryResult, out: bytearray) -> None:
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_result_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_result_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -107,16 +107,16 @@ def _decode_read_state_summary_result_v0(buf: Buffer, pos: int) -> tuple[ReadSta
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_result_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_result_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ReadStateSummaryResult(topic_id=topic_id, partitions=partitions, unknown_tagged_fields=unknown), pos
 
 
 def _encode_read_share_group_state_summary_response_v0(self: ReadShareGroupStateSummaryResponse, out: bytearray) -> None:
     write_uvarint(out, len(self.results) + 1)
-    for item in self.results:
-        _encode_read_state_summary_result_v0(item, out)
+    for results_item in self.results:
+        _encode_read_state_summary_result_v0(results_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -127,8 +127,8 @@ def _decode_read_share_group_state_summary_response_v0(buf: Buffer, pos: int) ->
     count, pos = read_compact_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_read_state_summary_result_v0(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_read_state_summary_result_v0(buf, pos)
+        results.append(results_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ReadShareGroupStateSummaryResponse(results=results, unknown_tagged_fields=unknown), pos
 

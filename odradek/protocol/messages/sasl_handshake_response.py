@@ -40,8 +40,8 @@ class SaslHandshakeResponse(Message):
 def _encode_sasl_handshake_response_v0_1(self: SaslHandshakeResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     out += INT32.pack(len(self.mechanisms))
-    for item in self.mechanisms:
-        write_string(out, item)
+    for mechanisms_item in self.mechanisms:
+        write_string(out, mechanisms_item)
 
 
 def _decode_sasl_handshake_response_v0_1(buf: Buffer, pos: int) -> tuple[SaslHandshakeResponse, int]:
@@ -50,8 +50,8 @@ def _decode_sasl_handshake_response_v0_1(buf: Buffer, pos: int) -> tuple[SaslHan
     count, pos = read_array_length(buf, pos, False)
     mechanisms = []
     for _ in range(count):
-        item, pos = read_string(buf, pos)
-        mechanisms.append(item)
+        mechanisms_item, pos = read_string(buf, pos)
+        mechanisms.append(mechanisms_item)
     return SaslHandshakeResponse(error_code=error_code, mechanisms=mechanisms), pos
 
 

@@ -108,8 +108,8 @@ def _decode_acknowledgement_batch_v0(buf: Buffer, pos: int) -> tuple[Acknowledge
 def _encode_acknowledge_partition_v0(self: AcknowledgePartition, out: bytearray) -> None:
     out += _I32.pack(self.partition_index)
     write_uvarint(out, len(self.acknowledgement_batches) + 1)
-    for item in self.acknowledgement_batches:
-        _encode_acknowledgement_batch_v0(item, out)
+    for acknowledgement_batches_item in self.acknowledgement_batches:
+        _encode_acknowledgement_batch_v0(acknowledgement_batches_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -122,8 +122,8 @@ def _decode_acknowledge_partition_v0(buf: Buffer, pos: int) -> tuple[Acknowledge
     count, pos = read_compact_array_length(buf, pos, False)
     acknowledgement_batches = []
     for _ in range(count):
-        item, pos = _decode_acknowledgement_batch_v0(buf, pos)
-        acknowledgement_batches.append(item)
+        acknowledgement_batches_item, pos = _decode_acknowledgement_batch_v0(buf, pos)
+        acknowledgement_batches.append(acknowledgement_batches_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AcknowledgePartition(partition_index=partition_index, acknowledgement_batches=acknowledgement_batches, unknown_tagged_fields=unknown), pos
 
@@ -131,8 +131,8 @@ def _decode_acknowledge_partition_v0(buf: Buffer, pos: int) -> tuple[Acknowledge
 def _encode_acknowledge_topic_v0(self: AcknowledgeTopic, out: bytearray) -> None:
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_acknowledge_partition_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_acknowledge_partition_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -144,8 +144,8 @@ def _decode_acknowledge_topic_v0(buf: Buffer, pos: int) -> tuple[AcknowledgeTopi
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_acknowledge_partition_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_acknowledge_partition_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return AcknowledgeTopic(topic_id=topic_id, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -155,8 +155,8 @@ def _encode_share_acknowledge_request_v0(self: ShareAcknowledgeRequest, out: byt
     write_compact_nullable_string(out, self.member_id)
     out += _I32.pack(self.share_session_epoch)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_acknowledge_topic_v0(item, out)
+    for topics_item in self.topics:
+        _encode_acknowledge_topic_v0(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -171,8 +171,8 @@ def _decode_share_acknowledge_request_v0(buf: Buffer, pos: int) -> tuple[ShareAc
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_acknowledge_topic_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_acknowledge_topic_v0(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ShareAcknowledgeRequest(group_id=group_id, member_id=member_id, share_session_epoch=share_session_epoch, topics=topics, unknown_tagged_fields=unknown), pos
 

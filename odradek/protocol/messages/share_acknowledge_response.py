@@ -145,8 +145,8 @@ def _decode_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int
 def _encode_share_acknowledge_topic_response_v0(self: ShareAcknowledgeTopicResponse, out: bytearray) -> None:
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -158,8 +158,8 @@ def _decode_share_acknowledge_topic_response_v0(buf: Buffer, pos: int) -> tuple[
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ShareAcknowledgeTopicResponse(topic_id=topic_id, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -190,11 +190,11 @@ def _encode_share_acknowledge_response_v0(self: ShareAcknowledgeResponse, out: b
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_compact_nullable_string(out, self.error_message)
     write_uvarint(out, len(self.responses) + 1)
-    for item in self.responses:
-        _encode_share_acknowledge_topic_response_v0(item, out)
+    for responses_item in self.responses:
+        _encode_share_acknowledge_topic_response_v0(responses_item, out)
     write_uvarint(out, len(self.node_endpoints) + 1)
-    for item in self.node_endpoints:
-        _encode_node_endpoint_v0(item, out)
+    for node_endpoints_item in self.node_endpoints:
+        _encode_node_endpoint_v0(node_endpoints_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -208,13 +208,13 @@ def _decode_share_acknowledge_response_v0(buf: Buffer, pos: int) -> tuple[ShareA
     count, pos = read_compact_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_share_acknowledge_topic_response_v0(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_share_acknowledge_topic_response_v0(buf, pos)
+        responses.append(responses_item)
     count, pos = read_compact_array_length(buf, pos, False)
     node_endpoints = []
     for _ in range(count):
-        item, pos = _decode_node_endpoint_v0(buf, pos)
-        node_endpoints.append(item)
+        node_endpoints_item, pos = _decode_node_endpoint_v0(buf, pos)
+        node_endpoints.append(node_endpoints_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ShareAcknowledgeResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, responses=responses, node_endpoints=node_endpoints, unknown_tagged_fields=unknown), pos
 

@@ -131,8 +131,8 @@ def _decode_acknowledgement_batch_v0(buf: Buffer, pos: int) -> tuple[Acknowledge
 def _encode_fetch_partition_v0(self: FetchPartition, out: bytearray) -> None:
     out += _I32_I32.pack(self.partition_index, self.partition_max_bytes)
     write_uvarint(out, len(self.acknowledgement_batches) + 1)
-    for item in self.acknowledgement_batches:
-        _encode_acknowledgement_batch_v0(item, out)
+    for acknowledgement_batches_item in self.acknowledgement_batches:
+        _encode_acknowledgement_batch_v0(acknowledgement_batches_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -145,8 +145,8 @@ def _decode_fetch_partition_v0(buf: Buffer, pos: int) -> tuple[FetchPartition, i
     count, pos = read_compact_array_length(buf, pos, False)
     acknowledgement_batches = []
     for _ in range(count):
-        item, pos = _decode_acknowledgement_batch_v0(buf, pos)
-        acknowledgement_batches.append(item)
+        acknowledgement_batches_item, pos = _decode_acknowledgement_batch_v0(buf, pos)
+        acknowledgement_batches.append(acknowledgement_batches_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return FetchPartition(partition_index=partition_index, partition_max_bytes=partition_max_bytes, acknowledgement_batches=acknowledgement_batches, unknown_tagged_fields=unknown), pos
 
@@ -154,8 +154,8 @@ def _decode_fetch_partition_v0(buf: Buffer, pos: int) -> tuple[FetchPartition, i
 def _encode_fetch_topic_v0(self: FetchTopic, out: bytearray) -> None:
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_fetch_partition_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_fetch_partition_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -167,8 +167,8 @@ def _decode_fetch_topic_v0(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_fetch_partition_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_fetch_partition_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return FetchTopic(topic_id=topic_id, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -197,11 +197,11 @@ def _encode_share_fetch_request_v0(self: ShareFetchRequest, out: bytearray) -> N
     write_compact_nullable_string(out, self.member_id)
     out += _I32_I32_I32_I32.pack(self.share_session_epoch, self.max_wait_ms, self.min_bytes, self.max_bytes)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_fetch_topic_v0(item, out)
+    for topics_item in self.topics:
+        _encode_fetch_topic_v0(topics_item, out)
     write_uvarint(out, len(self.forgotten_topics_data) + 1)
-    for item in self.forgotten_topics_data:
-        _encode_forgotten_topic_v0(item, out)
+    for forgotten_topics_data_item in self.forgotten_topics_data:
+        _encode_forgotten_topic_v0(forgotten_topics_data_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -216,13 +216,13 @@ def _decode_share_fetch_request_v0(buf: Buffer, pos: int) -> tuple[ShareFetchReq
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_fetch_topic_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_fetch_topic_v0(buf, pos)
+        topics.append(topics_item)
     count, pos = read_compact_array_length(buf, pos, False)
     forgotten_topics_data = []
     for _ in range(count):
-        item, pos = _decode_forgotten_topic_v0(buf, pos)
-        forgotten_topics_data.append(item)
+        forgotten_topics_data_item, pos = _decode_forgotten_topic_v0(buf, pos)
+        forgotten_topics_data.append(forgotten_topics_data_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ShareFetchRequest(group_id=group_id, member_id=member_id, share_session_epoch=share_session_epoch, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, topics=topics, forgotten_topics_data=forgotten_topics_data, unknown_tagged_fields=unknown), pos
 

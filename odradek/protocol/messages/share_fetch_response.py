@@ -172,8 +172,8 @@ def _encode_partition_data_v0(self: PartitionData, out: bytearray) -> None:
     _encode_leader_id_and_epoch_v0(self.current_leader, out)
     write_compact_nullable_bytes(out, self.records)
     write_uvarint(out, len(self.acquired_records) + 1)
-    for item in self.acquired_records:
-        _encode_acquired_records_v0(item, out)
+    for acquired_records_item in self.acquired_records:
+        _encode_acquired_records_v0(acquired_records_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -192,8 +192,8 @@ def _decode_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int
     count, pos = read_compact_array_length(buf, pos, False)
     acquired_records = []
     for _ in range(count):
-        item, pos = _decode_acquired_records_v0(buf, pos)
-        acquired_records.append(item)
+        acquired_records_item, pos = _decode_acquired_records_v0(buf, pos)
+        acquired_records.append(acquired_records_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return PartitionData(partition_index=partition_index, error_code=error_code, error_message=error_message, acknowledge_error_code=acknowledge_error_code, acknowledge_error_message=acknowledge_error_message, current_leader=current_leader, records=records, acquired_records=acquired_records, unknown_tagged_fields=unknown), pos
 
@@ -201,8 +201,8 @@ def _decode_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int
 def _encode_share_fetchable_topic_response_v0(self: ShareFetchableTopicResponse, out: bytearray) -> None:
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -214,8 +214,8 @@ def _decode_share_fetchable_topic_response_v0(buf: Buffer, pos: int) -> tuple[Sh
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ShareFetchableTopicResponse(topic_id=topic_id, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -246,11 +246,11 @@ def _encode_share_fetch_response_v0(self: ShareFetchResponse, out: bytearray) ->
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_compact_nullable_string(out, self.error_message)
     write_uvarint(out, len(self.responses) + 1)
-    for item in self.responses:
-        _encode_share_fetchable_topic_response_v0(item, out)
+    for responses_item in self.responses:
+        _encode_share_fetchable_topic_response_v0(responses_item, out)
     write_uvarint(out, len(self.node_endpoints) + 1)
-    for item in self.node_endpoints:
-        _encode_node_endpoint_v0(item, out)
+    for node_endpoints_item in self.node_endpoints:
+        _encode_node_endpoint_v0(node_endpoints_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -264,13 +264,13 @@ def _decode_share_fetch_response_v0(buf: Buffer, pos: int) -> tuple[ShareFetchRe
     count, pos = read_compact_array_length(buf, pos, False)
     responses = []
     for _ in range(count):
-        item, pos = _decode_share_fetchable_topic_response_v0(buf, pos)
-        responses.append(item)
+        responses_item, pos = _decode_share_fetchable_topic_response_v0(buf, pos)
+        responses.append(responses_item)
     count, pos = read_compact_array_length(buf, pos, False)
     node_endpoints = []
     for _ in range(count):
-        item, pos = _decode_node_endpoint_v0(buf, pos)
-        node_endpoints.append(item)
+        node_endpoints_item, pos = _decode_node_endpoint_v0(buf, pos)
+        node_endpoints.append(node_endpoints_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ShareFetchResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, responses=responses, node_endpoints=node_endpoints, unknown_tagged_fields=unknown), pos
 

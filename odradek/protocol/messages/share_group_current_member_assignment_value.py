@@ -77,8 +77,8 @@ def _decode_topic_partitions_v0(buf: Buffer, pos: int) -> tuple[TopicPartitions,
 def _encode_share_group_current_member_assignment_value_v0(self: ShareGroupCurrentMemberAssignmentValue, out: bytearray) -> None:
     out += _I32_I32_I8.pack(self.member_epoch, self.previous_member_epoch, self.state)
     write_uvarint(out, len(self.assigned_partitions) + 1)
-    for item in self.assigned_partitions:
-        _encode_topic_partitions_v0(item, out)
+    for assigned_partitions_item in self.assigned_partitions:
+        _encode_topic_partitions_v0(assigned_partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -91,8 +91,8 @@ def _decode_share_group_current_member_assignment_value_v0(buf: Buffer, pos: int
     count, pos = read_compact_array_length(buf, pos, False)
     assigned_partitions = []
     for _ in range(count):
-        item, pos = _decode_topic_partitions_v0(buf, pos)
-        assigned_partitions.append(item)
+        assigned_partitions_item, pos = _decode_topic_partitions_v0(buf, pos)
+        assigned_partitions.append(assigned_partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ShareGroupCurrentMemberAssignmentValue(member_epoch=member_epoch, previous_member_epoch=previous_member_epoch, state=state, assigned_partitions=assigned_partitions, unknown_tagged_fields=unknown), pos
 

@@ -41,8 +41,8 @@ class ShareGroupDescribeRequest(Message):
 
 def _encode_share_group_describe_request_v0(self: ShareGroupDescribeRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.group_ids) + 1)
-    for item in self.group_ids:
-        write_compact_string(out, item)
+    for group_ids_item in self.group_ids:
+        write_compact_string(out, group_ids_item)
     out += _BOOL.pack(self.include_authorized_operations)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -54,8 +54,8 @@ def _decode_share_group_describe_request_v0(buf: Buffer, pos: int) -> tuple[Shar
     count, pos = read_compact_array_length(buf, pos, False)
     group_ids = []
     for _ in range(count):
-        item, pos = read_compact_string(buf, pos)
-        group_ids.append(item)
+        group_ids_item, pos = read_compact_string(buf, pos)
+        group_ids.append(group_ids_item)
     (include_authorized_operations,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     unknown, pos = read_unknown_tagged_fields(buf, pos)

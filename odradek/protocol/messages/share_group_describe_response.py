@@ -141,8 +141,8 @@ def _decode_topic_partitions_v0(buf: Buffer, pos: int) -> tuple[TopicPartitions,
 
 def _encode_assignment_v0(self: Assignment, out: bytearray) -> None:
     write_uvarint(out, len(self.topic_partitions) + 1)
-    for item in self.topic_partitions:
-        _encode_topic_partitions_v0(item, out)
+    for topic_partitions_item in self.topic_partitions:
+        _encode_topic_partitions_v0(topic_partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -153,8 +153,8 @@ def _decode_assignment_v0(buf: Buffer, pos: int) -> tuple[Assignment, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     topic_partitions = []
     for _ in range(count):
-        item, pos = _decode_topic_partitions_v0(buf, pos)
-        topic_partitions.append(item)
+        topic_partitions_item, pos = _decode_topic_partitions_v0(buf, pos)
+        topic_partitions.append(topic_partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return Assignment(topic_partitions=topic_partitions, unknown_tagged_fields=unknown), pos
 
@@ -166,8 +166,8 @@ def _encode_member_v0(self: Member, out: bytearray) -> None:
     write_compact_string(out, self.client_id)
     write_compact_string(out, self.client_host)
     write_uvarint(out, len(self.subscribed_topic_names) + 1)
-    for item in self.subscribed_topic_names:
-        write_compact_string(out, item)
+    for subscribed_topic_names_item in self.subscribed_topic_names:
+        write_compact_string(out, subscribed_topic_names_item)
     _encode_assignment_v0(self.assignment, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -185,8 +185,8 @@ def _decode_member_v0(buf: Buffer, pos: int) -> tuple[Member, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     subscribed_topic_names = []
     for _ in range(count):
-        item, pos = read_compact_string(buf, pos)
-        subscribed_topic_names.append(item)
+        subscribed_topic_names_item, pos = read_compact_string(buf, pos)
+        subscribed_topic_names.append(subscribed_topic_names_item)
     assignment, pos = _decode_assignment_v0(buf, pos)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return Member(member_id=member_id, rack_id=rack_id, member_epoch=member_epoch, client_id=client_id, client_host=client_host, subscribed_topic_names=subscribed_topic_names, assignment=assignment, unknown_tagged_fields=unknown), pos
@@ -200,8 +200,8 @@ def _encode_described_group_v0(self: DescribedGroup, out: bytearray) -> None:
     out += _I32_I32.pack(self.group_epoch, self.assignment_epoch)
     write_compact_string(out, self.assignor_name)
     write_uvarint(out, len(self.members) + 1)
-    for item in self.members:
-        _encode_member_v0(item, out)
+    for members_item in self.members:
+        _encode_member_v0(members_item, out)
     out += _I32.pack(self.authorized_operations)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -221,8 +221,8 @@ def _decode_described_group_v0(buf: Buffer, pos: int) -> tuple[DescribedGroup, i
     count, pos = read_compact_array_length(buf, pos, False)
     members = []
     for _ in range(count):
-        item, pos = _decode_member_v0(buf, pos)
-        members.append(item)
+        members_item, pos = _decode_member_v0(buf, pos)
+        members.append(members_item)
     (authorized_operations,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -232,8 +232,8 @@ def _decode_described_group_v0(buf: Buffer, pos: int) -> tuple[DescribedGroup, i
 def _encode_share_group_describe_response_v0(self: ShareGroupDescribeResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.groups) + 1)
-    for item in self.groups:
-        _encode_described_group_v0(item, out)
+    for groups_item in self.groups:
+        _encode_described_group_v0(groups_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -246,8 +246,8 @@ def _decode_share_group_describe_response_v0(buf: Buffer, pos: int) -> tuple[Sha
     count, pos = read_compact_array_length(buf, pos, False)
     groups = []
     for _ in range(count):
-        item, pos = _decode_described_group_v0(buf, pos)
-        groups.append(item)
+        groups_item, pos = _decode_described_group_v0(buf, pos)
+        groups.append(groups_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ShareGroupDescribeResponse(throttle_time_ms=throttle_time_ms, groups=groups, unknown_tagged_fields=unknown), pos
 

@@ -56,8 +56,8 @@ def _encode_share_group_heartbeat_request_v0(self: ShareGroupHeartbeatRequest, o
         out.append(0)
     else:
         write_uvarint(out, len(self.subscribed_topic_names) + 1)
-        for item in self.subscribed_topic_names:
-            write_compact_string(out, item)
+        for subscribed_topic_names_item in self.subscribed_topic_names:
+            write_compact_string(out, subscribed_topic_names_item)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -75,8 +75,8 @@ def _decode_share_group_heartbeat_request_v0(buf: Buffer, pos: int) -> tuple[Sha
     if count >= 0:
         subscribed_topic_names = []
         for _ in range(count):
-            item, pos = read_compact_string(buf, pos)
-            subscribed_topic_names.append(item)
+            subscribed_topic_names_item, pos = read_compact_string(buf, pos)
+            subscribed_topic_names.append(subscribed_topic_names_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ShareGroupHeartbeatRequest(group_id=group_id, member_id=member_id, member_epoch=member_epoch, rack_id=rack_id, subscribed_topic_names=subscribed_topic_names, unknown_tagged_fields=unknown), pos
 

@@ -46,8 +46,8 @@ def _encode_share_group_member_metadata_value_v0(self: ShareGroupMemberMetadataV
     write_compact_string(out, self.client_id)
     write_compact_string(out, self.client_host)
     write_uvarint(out, len(self.subscribed_topic_names) + 1)
-    for item in self.subscribed_topic_names:
-        write_compact_string(out, item)
+    for subscribed_topic_names_item in self.subscribed_topic_names:
+        write_compact_string(out, subscribed_topic_names_item)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -61,8 +61,8 @@ def _decode_share_group_member_metadata_value_v0(buf: Buffer, pos: int) -> tuple
     count, pos = read_compact_array_length(buf, pos, False)
     subscribed_topic_names = []
     for _ in range(count):
-        item, pos = read_compact_string(buf, pos)
-        subscribed_topic_names.append(item)
+        subscribed_topic_names_item, pos = read_compact_string(buf, pos)
+        subscribed_topic_names.append(subscribed_topic_names_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ShareGroupMemberMetadataValue(rack_id=rack_id, client_id=client_id, client_host=client_host, subscribed_topic_names=subscribed_topic_names, unknown_tagged_fields=unknown), pos
 

@@ -104,11 +104,11 @@ def _decode_topic_info_v0(buf: Buffer, pos: int) -> tuple[TopicInfo, int]:
 
 def _encode_share_group_state_partition_metadata_value_v0(self: ShareGroupStatePartitionMetadataValue, out: bytearray) -> None:
     write_uvarint(out, len(self.initialized_topics) + 1)
-    for item in self.initialized_topics:
-        _encode_topic_partitions_info_v0(item, out)
+    for initialized_topics_item in self.initialized_topics:
+        _encode_topic_partitions_info_v0(initialized_topics_item, out)
     write_uvarint(out, len(self.deleting_topics) + 1)
-    for item in self.deleting_topics:
-        _encode_topic_info_v0(item, out)
+    for deleting_topics_item in self.deleting_topics:
+        _encode_topic_info_v0(deleting_topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -119,13 +119,13 @@ def _decode_share_group_state_partition_metadata_value_v0(buf: Buffer, pos: int)
     count, pos = read_compact_array_length(buf, pos, False)
     initialized_topics = []
     for _ in range(count):
-        item, pos = _decode_topic_partitions_info_v0(buf, pos)
-        initialized_topics.append(item)
+        initialized_topics_item, pos = _decode_topic_partitions_info_v0(buf, pos)
+        initialized_topics.append(initialized_topics_item)
     count, pos = read_compact_array_length(buf, pos, False)
     deleting_topics = []
     for _ in range(count):
-        item, pos = _decode_topic_info_v0(buf, pos)
-        deleting_topics.append(item)
+        deleting_topics_item, pos = _decode_topic_info_v0(buf, pos)
+        deleting_topics.append(deleting_topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ShareGroupStatePartitionMetadataValue(initialized_topics=initialized_topics, deleting_topics=deleting_topics, unknown_tagged_fields=unknown), pos
 

@@ -68,8 +68,8 @@ def _decode_topic_partition_v0(buf: Buffer, pos: int) -> tuple[TopicPartition, i
 
 def _encode_share_group_target_assignment_member_value_v0(self: ShareGroupTargetAssignmentMemberValue, out: bytearray) -> None:
     write_uvarint(out, len(self.topic_partitions) + 1)
-    for item in self.topic_partitions:
-        _encode_topic_partition_v0(item, out)
+    for topic_partitions_item in self.topic_partitions:
+        _encode_topic_partition_v0(topic_partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -80,8 +80,8 @@ def _decode_share_group_target_assignment_member_value_v0(buf: Buffer, pos: int)
     count, pos = read_compact_array_length(buf, pos, False)
     topic_partitions = []
     for _ in range(count):
-        item, pos = _decode_topic_partition_v0(buf, pos)
-        topic_partitions.append(item)
+        topic_partitions_item, pos = _decode_topic_partition_v0(buf, pos)
+        topic_partitions.append(topic_partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return ShareGroupTargetAssignmentMemberValue(topic_partitions=topic_partitions, unknown_tagged_fields=unknown), pos
 

@@ -173,8 +173,8 @@ def _decode_stop_replica_partition_state_v3_4(buf: Buffer, pos: int) -> tuple[St
 def _encode_stop_replica_topic_state_v3_4(self: StopReplicaTopicState, out: bytearray) -> None:
     write_compact_string(out, self.topic_name)
     write_uvarint(out, len(self.partition_states) + 1)
-    for item in self.partition_states:
-        _encode_stop_replica_partition_state_v3_4(item, out)
+    for partition_states_item in self.partition_states:
+        _encode_stop_replica_partition_state_v3_4(partition_states_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -186,8 +186,8 @@ def _decode_stop_replica_topic_state_v3_4(buf: Buffer, pos: int) -> tuple[StopRe
     count, pos = read_compact_array_length(buf, pos, False)
     partition_states = []
     for _ in range(count):
-        item, pos = _decode_stop_replica_partition_state_v3_4(buf, pos)
-        partition_states.append(item)
+        partition_states_item, pos = _decode_stop_replica_partition_state_v3_4(buf, pos)
+        partition_states.append(partition_states_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return StopReplicaTopicState(topic_name=topic_name, partition_states=partition_states, unknown_tagged_fields=unknown), pos
 
@@ -197,8 +197,8 @@ def _encode_stop_replica_request_v0(self: StopReplicaRequest, out: bytearray) ->
         raise EncodeError("is_k_raft_controller exists only in versions 4+ and is not ignorable")
     out += _I32_I32_BOOL.pack(self.controller_id, self.controller_epoch, self.delete_partitions)
     out += INT32.pack(len(self.ungrouped_partitions))
-    for item in self.ungrouped_partitions:
-        _encode_stop_replica_partition_v0_v0(item, out)
+    for ungrouped_partitions_item in self.ungrouped_partitions:
+        _encode_stop_replica_partition_v0_v0(ungrouped_partitions_item, out)
     if self.topics:
         raise EncodeError("topics exists only in versions 1-2 and is not ignorable")
     if self.topic_states:
@@ -211,8 +211,8 @@ def _decode_stop_replica_request_v0(buf: Buffer, pos: int) -> tuple[StopReplicaR
     count, pos = read_array_length(buf, pos, False)
     ungrouped_partitions = []
     for _ in range(count):
-        item, pos = _decode_stop_replica_partition_v0_v0(buf, pos)
-        ungrouped_partitions.append(item)
+        ungrouped_partitions_item, pos = _decode_stop_replica_partition_v0_v0(buf, pos)
+        ungrouped_partitions.append(ungrouped_partitions_item)
     return StopReplicaRequest(controller_id=controller_id, controller_epoch=controller_epoch, delete_partitions=delete_partitions, ungrouped_partitions=ungrouped_partitions), pos
 
 
@@ -223,8 +223,8 @@ def _encode_stop_replica_request_v1(self: StopReplicaRequest, out: bytearray) ->
         raise EncodeError("ungrouped_partitions exists only in versions 0 and is not ignorable")
     out += _I32_I32_I64_BOOL.pack(self.controller_id, self.controller_epoch, self.broker_epoch, self.delete_partitions)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_stop_replica_topic_v1_v1(item, out)
+    for topics_item in self.topics:
+        _encode_stop_replica_topic_v1_v1(topics_item, out)
     if self.topic_states:
         raise EncodeError("topic_states exists only in versions 3+ and is not ignorable")
 
@@ -235,8 +235,8 @@ def _decode_stop_replica_request_v1(buf: Buffer, pos: int) -> tuple[StopReplicaR
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_stop_replica_topic_v1_v1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_stop_replica_topic_v1_v1(buf, pos)
+        topics.append(topics_item)
     return StopReplicaRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, delete_partitions=delete_partitions, topics=topics), pos
 
 
@@ -247,8 +247,8 @@ def _encode_stop_replica_request_v2(self: StopReplicaRequest, out: bytearray) ->
         raise EncodeError("ungrouped_partitions exists only in versions 0 and is not ignorable")
     out += _I32_I32_I64_BOOL.pack(self.controller_id, self.controller_epoch, self.broker_epoch, self.delete_partitions)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_stop_replica_topic_v1_v2(item, out)
+    for topics_item in self.topics:
+        _encode_stop_replica_topic_v1_v2(topics_item, out)
     if self.topic_states:
         raise EncodeError("topic_states exists only in versions 3+ and is not ignorable")
     if self.unknown_tagged_fields:
@@ -263,8 +263,8 @@ def _decode_stop_replica_request_v2(buf: Buffer, pos: int) -> tuple[StopReplicaR
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_stop_replica_topic_v1_v2(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_stop_replica_topic_v1_v2(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return StopReplicaRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, delete_partitions=delete_partitions, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -280,8 +280,8 @@ def _encode_stop_replica_request_v3(self: StopReplicaRequest, out: bytearray) ->
         raise EncodeError("topics exists only in versions 1-2 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     write_uvarint(out, len(self.topic_states) + 1)
-    for item in self.topic_states:
-        _encode_stop_replica_topic_state_v3_4(item, out)
+    for topic_states_item in self.topic_states:
+        _encode_stop_replica_topic_state_v3_4(topic_states_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -294,8 +294,8 @@ def _decode_stop_replica_request_v3(buf: Buffer, pos: int) -> tuple[StopReplicaR
     count, pos = read_compact_array_length(buf, pos, False)
     topic_states = []
     for _ in range(count):
-        item, pos = _decode_stop_replica_topic_state_v3_4(buf, pos)
-        topic_states.append(item)
+        topic_states_item, pos = _decode_stop_replica_topic_state_v3_4(buf, pos)
+        topic_states.append(topic_states_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return StopReplicaRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, topic_states=topic_states, unknown_tagged_fields=unknown), pos
 
@@ -309,8 +309,8 @@ def _encode_stop_replica_request_v4(self: StopReplicaRequest, out: bytearray) ->
         raise EncodeError("topics exists only in versions 1-2 and is not ignorable")
     out += _I32_BOOL_I32_I64.pack(self.controller_id, self.is_k_raft_controller, self.controller_epoch, self.broker_epoch)
     write_uvarint(out, len(self.topic_states) + 1)
-    for item in self.topic_states:
-        _encode_stop_replica_topic_state_v3_4(item, out)
+    for topic_states_item in self.topic_states:
+        _encode_stop_replica_topic_state_v3_4(topic_states_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -323,8 +323,8 @@ def _decode_stop_replica_request_v4(buf: Buffer, pos: int) -> tuple[StopReplicaR
     count, pos = read_compact_array_length(buf, pos, False)
     topic_states = []
     for _ in range(count):
-        item, pos = _decode_stop_replica_topic_state_v3_4(buf, pos)
-        topic_states.append(item)
+        topic_states_item, pos = _decode_stop_replica_topic_state_v3_4(buf, pos)
+        topic_states.append(topic_states_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return StopReplicaRequest(controller_id=controller_id, is_k_raft_controller=is_k_raft_controller, controller_epoch=controller_epoch, broker_epoch=broker_epoch, topic_states=topic_states, unknown_tagged_fields=unknown), pos
 

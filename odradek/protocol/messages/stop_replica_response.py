@@ -90,8 +90,8 @@ def _decode_stop_replica_partition_error_v2_4(buf: Buffer, pos: int) -> tuple[St
 def _encode_stop_replica_response_v0_1(self: StopReplicaResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     out += INT32.pack(len(self.partition_errors))
-    for item in self.partition_errors:
-        _encode_stop_replica_partition_error_v0_1(item, out)
+    for partition_errors_item in self.partition_errors:
+        _encode_stop_replica_partition_error_v0_1(partition_errors_item, out)
 
 
 def _decode_stop_replica_response_v0_1(buf: Buffer, pos: int) -> tuple[StopReplicaResponse, int]:
@@ -100,16 +100,16 @@ def _decode_stop_replica_response_v0_1(buf: Buffer, pos: int) -> tuple[StopRepli
     count, pos = read_array_length(buf, pos, False)
     partition_errors = []
     for _ in range(count):
-        item, pos = _decode_stop_replica_partition_error_v0_1(buf, pos)
-        partition_errors.append(item)
+        partition_errors_item, pos = _decode_stop_replica_partition_error_v0_1(buf, pos)
+        partition_errors.append(partition_errors_item)
     return StopReplicaResponse(error_code=error_code, partition_errors=partition_errors), pos
 
 
 def _encode_stop_replica_response_v2_4(self: StopReplicaResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     write_uvarint(out, len(self.partition_errors) + 1)
-    for item in self.partition_errors:
-        _encode_stop_replica_partition_error_v2_4(item, out)
+    for partition_errors_item in self.partition_errors:
+        _encode_stop_replica_partition_error_v2_4(partition_errors_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -122,8 +122,8 @@ def _decode_stop_replica_response_v2_4(buf: Buffer, pos: int) -> tuple[StopRepli
     count, pos = read_compact_array_length(buf, pos, False)
     partition_errors = []
     for _ in range(count):
-        item, pos = _decode_stop_replica_partition_error_v2_4(buf, pos)
-        partition_errors.append(item)
+        partition_errors_item, pos = _decode_stop_replica_partition_error_v2_4(buf, pos)
+        partition_errors.append(partition_errors_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return StopReplicaResponse(error_code=error_code, partition_errors=partition_errors, unknown_tagged_fields=unknown), pos
 

@@ -108,8 +108,8 @@ def _encode_sync_group_request_v0_2(self: SyncGroupRequest, out: bytearray) -> N
     if self.group_instance_id is not None:
         raise EncodeError("group_instance_id exists only in versions 3+ and is not ignorable")
     out += INT32.pack(len(self.assignments))
-    for item in self.assignments:
-        _encode_sync_group_request_assignment_v0_3(item, out)
+    for assignments_item in self.assignments:
+        _encode_sync_group_request_assignment_v0_3(assignments_item, out)
 
 
 def _decode_sync_group_request_v0_2(buf: Buffer, pos: int) -> tuple[SyncGroupRequest, int]:
@@ -120,8 +120,8 @@ def _decode_sync_group_request_v0_2(buf: Buffer, pos: int) -> tuple[SyncGroupReq
     count, pos = read_array_length(buf, pos, False)
     assignments = []
     for _ in range(count):
-        item, pos = _decode_sync_group_request_assignment_v0_3(buf, pos)
-        assignments.append(item)
+        assignments_item, pos = _decode_sync_group_request_assignment_v0_3(buf, pos)
+        assignments.append(assignments_item)
     return SyncGroupRequest(group_id=group_id, generation_id=generation_id, member_id=member_id, assignments=assignments), pos
 
 
@@ -131,8 +131,8 @@ def _encode_sync_group_request_v3(self: SyncGroupRequest, out: bytearray) -> Non
     write_string(out, self.member_id)
     write_nullable_string(out, self.group_instance_id)
     out += INT32.pack(len(self.assignments))
-    for item in self.assignments:
-        _encode_sync_group_request_assignment_v0_3(item, out)
+    for assignments_item in self.assignments:
+        _encode_sync_group_request_assignment_v0_3(assignments_item, out)
 
 
 def _decode_sync_group_request_v3(buf: Buffer, pos: int) -> tuple[SyncGroupRequest, int]:
@@ -144,8 +144,8 @@ def _decode_sync_group_request_v3(buf: Buffer, pos: int) -> tuple[SyncGroupReque
     count, pos = read_array_length(buf, pos, False)
     assignments = []
     for _ in range(count):
-        item, pos = _decode_sync_group_request_assignment_v0_3(buf, pos)
-        assignments.append(item)
+        assignments_item, pos = _decode_sync_group_request_assignment_v0_3(buf, pos)
+        assignments.append(assignments_item)
     return SyncGroupRequest(group_id=group_id, generation_id=generation_id, member_id=member_id, group_instance_id=group_instance_id, assignments=assignments), pos
 
 
@@ -155,8 +155,8 @@ def _encode_sync_group_request_v4(self: SyncGroupRequest, out: bytearray) -> Non
     write_compact_string(out, self.member_id)
     write_compact_nullable_string(out, self.group_instance_id)
     write_uvarint(out, len(self.assignments) + 1)
-    for item in self.assignments:
-        _encode_sync_group_request_assignment_v4_5(item, out)
+    for assignments_item in self.assignments:
+        _encode_sync_group_request_assignment_v4_5(assignments_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -172,8 +172,8 @@ def _decode_sync_group_request_v4(buf: Buffer, pos: int) -> tuple[SyncGroupReque
     count, pos = read_compact_array_length(buf, pos, False)
     assignments = []
     for _ in range(count):
-        item, pos = _decode_sync_group_request_assignment_v4_5(buf, pos)
-        assignments.append(item)
+        assignments_item, pos = _decode_sync_group_request_assignment_v4_5(buf, pos)
+        assignments.append(assignments_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return SyncGroupRequest(group_id=group_id, generation_id=generation_id, member_id=member_id, group_instance_id=group_instance_id, assignments=assignments, unknown_tagged_fields=unknown), pos
 
@@ -186,8 +186,8 @@ def _encode_sync_group_request_v5(self: SyncGroupRequest, out: bytearray) -> Non
     write_compact_nullable_string(out, self.protocol_type)
     write_compact_nullable_string(out, self.protocol_name)
     write_uvarint(out, len(self.assignments) + 1)
-    for item in self.assignments:
-        _encode_sync_group_request_assignment_v4_5(item, out)
+    for assignments_item in self.assignments:
+        _encode_sync_group_request_assignment_v4_5(assignments_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -205,8 +205,8 @@ def _decode_sync_group_request_v5(buf: Buffer, pos: int) -> tuple[SyncGroupReque
     count, pos = read_compact_array_length(buf, pos, False)
     assignments = []
     for _ in range(count):
-        item, pos = _decode_sync_group_request_assignment_v4_5(buf, pos)
-        assignments.append(item)
+        assignments_item, pos = _decode_sync_group_request_assignment_v4_5(buf, pos)
+        assignments.append(assignments_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return SyncGroupRequest(group_id=group_id, generation_id=generation_id, member_id=member_id, group_instance_id=group_instance_id, protocol_type=protocol_type, protocol_name=protocol_name, assignments=assignments, unknown_tagged_fields=unknown), pos
 

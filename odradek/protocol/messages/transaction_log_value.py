@@ -121,8 +121,8 @@ def _encode_transaction_log_value_v0(self: TransactionLogValue, out: bytearray) 
         out += NULL_INT32
     else:
         out += INT32.pack(len(self.transaction_partitions))
-        for item in self.transaction_partitions:
-            _encode_partitions_schema_v0(item, out)
+        for transaction_partitions_item in self.transaction_partitions:
+            _encode_partitions_schema_v0(transaction_partitions_item, out)
     if self.client_transaction_version != 0:
         raise EncodeError("client_transaction_version exists only in versions 1+ and is not ignorable")
     out += _I64_I64.pack(self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms)
@@ -136,8 +136,8 @@ def _decode_transaction_log_value_v0(buf: Buffer, pos: int) -> tuple[Transaction
     if count >= 0:
         transaction_partitions = []
         for _ in range(count):
-            item, pos = _decode_partitions_schema_v0(buf, pos)
-            transaction_partitions.append(item)
+            transaction_partitions_item, pos = _decode_partitions_schema_v0(buf, pos)
+            transaction_partitions.append(transaction_partitions_item)
     (transaction_last_update_timestamp_ms, transaction_start_timestamp_ms) = _I64_I64.unpack_from(buf, pos)
     pos += 16
     return TransactionLogValue(producer_id=producer_id, producer_epoch=producer_epoch, transaction_timeout_ms=transaction_timeout_ms, transaction_status=transaction_status, transaction_partitions=transaction_partitions, transaction_last_update_timestamp_ms=transaction_last_update_timestamp_ms, transaction_start_timestamp_ms=transaction_start_timestamp_ms), pos
@@ -149,8 +149,8 @@ def _encode_transaction_log_value_v1(self: TransactionLogValue, out: bytearray) 
         out.append(0)
     else:
         write_uvarint(out, len(self.transaction_partitions) + 1)
-        for item in self.transaction_partitions:
-            _encode_partitions_schema_v1(item, out)
+        for transaction_partitions_item in self.transaction_partitions:
+            _encode_partitions_schema_v1(transaction_partitions_item, out)
     out += _I64_I64.pack(self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms)
     tagged: list[tuple[int, Buffer]] = []
     if self.previous_producer_id != -1:
@@ -176,8 +176,8 @@ def _decode_transaction_log_value_v1(buf: Buffer, pos: int) -> tuple[Transaction
     if count >= 0:
         transaction_partitions = []
         for _ in range(count):
-            item, pos = _decode_partitions_schema_v1(buf, pos)
-            transaction_partitions.append(item)
+            transaction_partitions_item, pos = _decode_partitions_schema_v1(buf, pos)
+            transaction_partitions.append(transaction_partitions_item)
     (transaction_last_update_timestamp_ms, transaction_start_timestamp_ms) = _I64_I64.unpack_from(buf, pos)
     pos += 16
     previous_producer_id = -1

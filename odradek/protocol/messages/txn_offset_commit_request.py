@@ -135,8 +135,8 @@ def _decode_txn_offset_commit_request_partition_v3_4(buf: Buffer, pos: int) -> t
 def _encode_txn_offset_commit_request_topic_v0_1(self: TxnOffsetCommitRequestTopic, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_txn_offset_commit_request_partition_v0_1(item, out)
+    for partitions_item in self.partitions:
+        _encode_txn_offset_commit_request_partition_v0_1(partitions_item, out)
 
 
 def _decode_txn_offset_commit_request_topic_v0_1(buf: Buffer, pos: int) -> tuple[TxnOffsetCommitRequestTopic, int]:
@@ -144,16 +144,16 @@ def _decode_txn_offset_commit_request_topic_v0_1(buf: Buffer, pos: int) -> tuple
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_txn_offset_commit_request_partition_v0_1(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_txn_offset_commit_request_partition_v0_1(buf, pos)
+        partitions.append(partitions_item)
     return TxnOffsetCommitRequestTopic(name=name, partitions=partitions), pos
 
 
 def _encode_txn_offset_commit_request_topic_v2(self: TxnOffsetCommitRequestTopic, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_txn_offset_commit_request_partition_v2(item, out)
+    for partitions_item in self.partitions:
+        _encode_txn_offset_commit_request_partition_v2(partitions_item, out)
 
 
 def _decode_txn_offset_commit_request_topic_v2(buf: Buffer, pos: int) -> tuple[TxnOffsetCommitRequestTopic, int]:
@@ -161,16 +161,16 @@ def _decode_txn_offset_commit_request_topic_v2(buf: Buffer, pos: int) -> tuple[T
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_txn_offset_commit_request_partition_v2(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_txn_offset_commit_request_partition_v2(buf, pos)
+        partitions.append(partitions_item)
     return TxnOffsetCommitRequestTopic(name=name, partitions=partitions), pos
 
 
 def _encode_txn_offset_commit_request_topic_v3_4(self: TxnOffsetCommitRequestTopic, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_txn_offset_commit_request_partition_v3_4(item, out)
+    for partitions_item in self.partitions:
+        _encode_txn_offset_commit_request_partition_v3_4(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -182,8 +182,8 @@ def _decode_txn_offset_commit_request_topic_v3_4(buf: Buffer, pos: int) -> tuple
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_txn_offset_commit_request_partition_v3_4(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_txn_offset_commit_request_partition_v3_4(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TxnOffsetCommitRequestTopic(name=name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -199,8 +199,8 @@ def _encode_txn_offset_commit_request_v0_1(self: TxnOffsetCommitRequest, out: by
         raise EncodeError("group_instance_id exists only in versions 3+ and is not ignorable")
     out += _I64_I16.pack(self.producer_id, self.producer_epoch)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_txn_offset_commit_request_topic_v0_1(item, out)
+    for topics_item in self.topics:
+        _encode_txn_offset_commit_request_topic_v0_1(topics_item, out)
 
 
 def _decode_txn_offset_commit_request_v0_1(buf: Buffer, pos: int) -> tuple[TxnOffsetCommitRequest, int]:
@@ -211,8 +211,8 @@ def _decode_txn_offset_commit_request_v0_1(buf: Buffer, pos: int) -> tuple[TxnOf
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_txn_offset_commit_request_topic_v0_1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_txn_offset_commit_request_topic_v0_1(buf, pos)
+        topics.append(topics_item)
     return TxnOffsetCommitRequest(transactional_id=transactional_id, group_id=group_id, producer_id=producer_id, producer_epoch=producer_epoch, topics=topics), pos
 
 
@@ -227,8 +227,8 @@ def _encode_txn_offset_commit_request_v2(self: TxnOffsetCommitRequest, out: byte
         raise EncodeError("group_instance_id exists only in versions 3+ and is not ignorable")
     out += _I64_I16.pack(self.producer_id, self.producer_epoch)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_txn_offset_commit_request_topic_v2(item, out)
+    for topics_item in self.topics:
+        _encode_txn_offset_commit_request_topic_v2(topics_item, out)
 
 
 def _decode_txn_offset_commit_request_v2(buf: Buffer, pos: int) -> tuple[TxnOffsetCommitRequest, int]:
@@ -239,8 +239,8 @@ def _decode_txn_offset_commit_request_v2(buf: Buffer, pos: int) -> tuple[TxnOffs
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_txn_offset_commit_request_topic_v2(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_txn_offset_commit_request_topic_v2(buf, pos)
+        topics.append(topics_item)
     return TxnOffsetCommitRequest(transactional_id=transactional_id, group_id=group_id, producer_id=producer_id, producer_epoch=producer_epoch, topics=topics), pos
 
 
@@ -251,8 +251,8 @@ def _encode_txn_offset_commit_request_v3_4(self: TxnOffsetCommitRequest, out: by
     write_compact_string(out, self.member_id)
     write_compact_nullable_string(out, self.group_instance_id)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_txn_offset_commit_request_topic_v3_4(item, out)
+    for topics_item in self.topics:
+        _encode_txn_offset_commit_request_topic_v3_4(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -269,8 +269,8 @@ def _decode_txn_offset_commit_request_v3_4(buf: Buffer, pos: int) -> tuple[TxnOf
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_txn_offset_commit_request_topic_v3_4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_txn_offset_commit_request_topic_v3_4(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TxnOffsetCommitRequest(transactional_id=transactional_id, group_id=group_id, producer_id=producer_id, producer_epoch=producer_epoch, generation_id=generation_id, member_id=member_id, group_instance_id=group_instance_id, topics=topics, unknown_tagged_fields=unknown), pos
 

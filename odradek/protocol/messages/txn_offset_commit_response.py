@@ -96,8 +96,8 @@ def _decode_txn_offset_commit_response_partition_v3_4(buf: Buffer, pos: int) -> 
 def _encode_txn_offset_commit_response_topic_v0_2(self: TxnOffsetCommitResponseTopic, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_txn_offset_commit_response_partition_v0_2(item, out)
+    for partitions_item in self.partitions:
+        _encode_txn_offset_commit_response_partition_v0_2(partitions_item, out)
 
 
 def _decode_txn_offset_commit_response_topic_v0_2(buf: Buffer, pos: int) -> tuple[TxnOffsetCommitResponseTopic, int]:
@@ -105,16 +105,16 @@ def _decode_txn_offset_commit_response_topic_v0_2(buf: Buffer, pos: int) -> tupl
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_txn_offset_commit_response_partition_v0_2(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_txn_offset_commit_response_partition_v0_2(buf, pos)
+        partitions.append(partitions_item)
     return TxnOffsetCommitResponseTopic(name=name, partitions=partitions), pos
 
 
 def _encode_txn_offset_commit_response_topic_v3_4(self: TxnOffsetCommitResponseTopic, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_txn_offset_commit_response_partition_v3_4(item, out)
+    for partitions_item in self.partitions:
+        _encode_txn_offset_commit_response_partition_v3_4(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -126,8 +126,8 @@ def _decode_txn_offset_commit_response_topic_v3_4(buf: Buffer, pos: int) -> tupl
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_txn_offset_commit_response_partition_v3_4(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_txn_offset_commit_response_partition_v3_4(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TxnOffsetCommitResponseTopic(name=name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -135,8 +135,8 @@ def _decode_txn_offset_commit_response_topic_v3_4(buf: Buffer, pos: int) -> tupl
 def _encode_txn_offset_commit_response_v0_2(self: TxnOffsetCommitResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_txn_offset_commit_response_topic_v0_2(item, out)
+    for topics_item in self.topics:
+        _encode_txn_offset_commit_response_topic_v0_2(topics_item, out)
 
 
 def _decode_txn_offset_commit_response_v0_2(buf: Buffer, pos: int) -> tuple[TxnOffsetCommitResponse, int]:
@@ -145,16 +145,16 @@ def _decode_txn_offset_commit_response_v0_2(buf: Buffer, pos: int) -> tuple[TxnO
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_txn_offset_commit_response_topic_v0_2(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_txn_offset_commit_response_topic_v0_2(buf, pos)
+        topics.append(topics_item)
     return TxnOffsetCommitResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
 
 
 def _encode_txn_offset_commit_response_v3_4(self: TxnOffsetCommitResponse, out: bytearray) -> None:
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_txn_offset_commit_response_topic_v3_4(item, out)
+    for topics_item in self.topics:
+        _encode_txn_offset_commit_response_topic_v3_4(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -167,8 +167,8 @@ def _decode_txn_offset_commit_response_v3_4(buf: Buffer, pos: int) -> tuple[TxnO
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_txn_offset_commit_response_topic_v3_4(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_txn_offset_commit_response_topic_v3_4(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TxnOffsetCommitResponse(throttle_time_ms=throttle_time_ms, topics=topics, unknown_tagged_fields=unknown), pos
 

@@ -102,8 +102,8 @@ def _decode_feature_update_key_v1_2(buf: Buffer, pos: int) -> tuple[FeatureUpdat
 def _encode_update_features_request_v0(self: UpdateFeaturesRequest, out: bytearray) -> None:
     out += _I32.pack(self.timeout_ms)
     write_uvarint(out, len(self.feature_updates) + 1)
-    for item in self.feature_updates:
-        _encode_feature_update_key_v0(item, out)
+    for feature_updates_item in self.feature_updates:
+        _encode_feature_update_key_v0(feature_updates_item, out)
     if self.validate_only:
         raise EncodeError("validate_only exists only in versions 1+ and is not ignorable")
     if self.unknown_tagged_fields:
@@ -118,8 +118,8 @@ def _decode_update_features_request_v0(buf: Buffer, pos: int) -> tuple[UpdateFea
     count, pos = read_compact_array_length(buf, pos, False)
     feature_updates = []
     for _ in range(count):
-        item, pos = _decode_feature_update_key_v0(buf, pos)
-        feature_updates.append(item)
+        feature_updates_item, pos = _decode_feature_update_key_v0(buf, pos)
+        feature_updates.append(feature_updates_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return UpdateFeaturesRequest(timeout_ms=timeout_ms, feature_updates=feature_updates, unknown_tagged_fields=unknown), pos
 
@@ -127,8 +127,8 @@ def _decode_update_features_request_v0(buf: Buffer, pos: int) -> tuple[UpdateFea
 def _encode_update_features_request_v1_2(self: UpdateFeaturesRequest, out: bytearray) -> None:
     out += _I32.pack(self.timeout_ms)
     write_uvarint(out, len(self.feature_updates) + 1)
-    for item in self.feature_updates:
-        _encode_feature_update_key_v1_2(item, out)
+    for feature_updates_item in self.feature_updates:
+        _encode_feature_update_key_v1_2(feature_updates_item, out)
     out += _BOOL.pack(self.validate_only)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -142,8 +142,8 @@ def _decode_update_features_request_v1_2(buf: Buffer, pos: int) -> tuple[UpdateF
     count, pos = read_compact_array_length(buf, pos, False)
     feature_updates = []
     for _ in range(count):
-        item, pos = _decode_feature_update_key_v1_2(buf, pos)
-        feature_updates.append(item)
+        feature_updates_item, pos = _decode_feature_update_key_v1_2(buf, pos)
+        feature_updates.append(feature_updates_item)
     (validate_only,) = _BOOL.unpack_from(buf, pos)
     pos += 1
     unknown, pos = read_unknown_tagged_fields(buf, pos)

@@ -83,8 +83,8 @@ def _encode_update_features_response_v0_1(self: UpdateFeaturesResponse, out: byt
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
     write_compact_nullable_string(out, self.error_message)
     write_uvarint(out, len(self.results) + 1)
-    for item in self.results:
-        _encode_updatable_feature_result_v0_1(item, out)
+    for results_item in self.results:
+        _encode_updatable_feature_result_v0_1(results_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -98,8 +98,8 @@ def _decode_update_features_response_v0_1(buf: Buffer, pos: int) -> tuple[Update
     count, pos = read_compact_array_length(buf, pos, False)
     results = []
     for _ in range(count):
-        item, pos = _decode_updatable_feature_result_v0_1(buf, pos)
-        results.append(item)
+        results_item, pos = _decode_updatable_feature_result_v0_1(buf, pos)
+        results.append(results_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return UpdateFeaturesResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, results=results, unknown_tagged_fields=unknown), pos
 

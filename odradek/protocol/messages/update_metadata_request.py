@@ -265,8 +265,8 @@ def _decode_update_metadata_partition_state_v6_8(buf: Buffer, pos: int) -> tuple
 def _encode_update_metadata_topic_state_v5(self: UpdateMetadataTopicState, out: bytearray) -> None:
     write_string(out, self.topic_name)
     out += INT32.pack(len(self.partition_states))
-    for item in self.partition_states:
-        _encode_update_metadata_partition_state_v5(item, out)
+    for partition_states_item in self.partition_states:
+        _encode_update_metadata_partition_state_v5(partition_states_item, out)
 
 
 def _decode_update_metadata_topic_state_v5(buf: Buffer, pos: int) -> tuple[UpdateMetadataTopicState, int]:
@@ -274,16 +274,16 @@ def _decode_update_metadata_topic_state_v5(buf: Buffer, pos: int) -> tuple[Updat
     count, pos = read_array_length(buf, pos, False)
     partition_states = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_partition_state_v5(buf, pos)
-        partition_states.append(item)
+        partition_states_item, pos = _decode_update_metadata_partition_state_v5(buf, pos)
+        partition_states.append(partition_states_item)
     return UpdateMetadataTopicState(topic_name=topic_name, partition_states=partition_states), pos
 
 
 def _encode_update_metadata_topic_state_v6(self: UpdateMetadataTopicState, out: bytearray) -> None:
     write_compact_string(out, self.topic_name)
     write_uvarint(out, len(self.partition_states) + 1)
-    for item in self.partition_states:
-        _encode_update_metadata_partition_state_v6_8(item, out)
+    for partition_states_item in self.partition_states:
+        _encode_update_metadata_partition_state_v6_8(partition_states_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -295,8 +295,8 @@ def _decode_update_metadata_topic_state_v6(buf: Buffer, pos: int) -> tuple[Updat
     count, pos = read_compact_array_length(buf, pos, False)
     partition_states = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_partition_state_v6_8(buf, pos)
-        partition_states.append(item)
+        partition_states_item, pos = _decode_update_metadata_partition_state_v6_8(buf, pos)
+        partition_states.append(partition_states_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return UpdateMetadataTopicState(topic_name=topic_name, partition_states=partition_states, unknown_tagged_fields=unknown), pos
 
@@ -305,8 +305,8 @@ def _encode_update_metadata_topic_state_v7_8(self: UpdateMetadataTopicState, out
     write_compact_string(out, self.topic_name)
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partition_states) + 1)
-    for item in self.partition_states:
-        _encode_update_metadata_partition_state_v6_8(item, out)
+    for partition_states_item in self.partition_states:
+        _encode_update_metadata_partition_state_v6_8(partition_states_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -319,8 +319,8 @@ def _decode_update_metadata_topic_state_v7_8(buf: Buffer, pos: int) -> tuple[Upd
     count, pos = read_compact_array_length(buf, pos, False)
     partition_states = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_partition_state_v6_8(buf, pos)
-        partition_states.append(item)
+        partition_states_item, pos = _decode_update_metadata_partition_state_v6_8(buf, pos)
+        partition_states.append(partition_states_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return UpdateMetadataTopicState(topic_name=topic_name, topic_id=topic_id, partition_states=partition_states, unknown_tagged_fields=unknown), pos
 
@@ -397,8 +397,8 @@ def _decode_update_metadata_broker_v0(buf: Buffer, pos: int) -> tuple[UpdateMeta
 def _encode_update_metadata_broker_v1(self: UpdateMetadataBroker, out: bytearray) -> None:
     out += _I32.pack(self.id)
     out += INT32.pack(len(self.endpoints))
-    for item in self.endpoints:
-        _encode_update_metadata_endpoint_v1_2(item, out)
+    for endpoints_item in self.endpoints:
+        _encode_update_metadata_endpoint_v1_2(endpoints_item, out)
 
 
 def _decode_update_metadata_broker_v1(buf: Buffer, pos: int) -> tuple[UpdateMetadataBroker, int]:
@@ -407,16 +407,16 @@ def _decode_update_metadata_broker_v1(buf: Buffer, pos: int) -> tuple[UpdateMeta
     count, pos = read_array_length(buf, pos, False)
     endpoints = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_endpoint_v1_2(buf, pos)
-        endpoints.append(item)
+        endpoints_item, pos = _decode_update_metadata_endpoint_v1_2(buf, pos)
+        endpoints.append(endpoints_item)
     return UpdateMetadataBroker(id=id, endpoints=endpoints), pos
 
 
 def _encode_update_metadata_broker_v2(self: UpdateMetadataBroker, out: bytearray) -> None:
     out += _I32.pack(self.id)
     out += INT32.pack(len(self.endpoints))
-    for item in self.endpoints:
-        _encode_update_metadata_endpoint_v1_2(item, out)
+    for endpoints_item in self.endpoints:
+        _encode_update_metadata_endpoint_v1_2(endpoints_item, out)
     write_nullable_string(out, self.rack)
 
 
@@ -426,8 +426,8 @@ def _decode_update_metadata_broker_v2(buf: Buffer, pos: int) -> tuple[UpdateMeta
     count, pos = read_array_length(buf, pos, False)
     endpoints = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_endpoint_v1_2(buf, pos)
-        endpoints.append(item)
+        endpoints_item, pos = _decode_update_metadata_endpoint_v1_2(buf, pos)
+        endpoints.append(endpoints_item)
     rack, pos = read_nullable_string(buf, pos)
     return UpdateMetadataBroker(id=id, endpoints=endpoints, rack=rack), pos
 
@@ -435,8 +435,8 @@ def _decode_update_metadata_broker_v2(buf: Buffer, pos: int) -> tuple[UpdateMeta
 def _encode_update_metadata_broker_v3_5(self: UpdateMetadataBroker, out: bytearray) -> None:
     out += _I32.pack(self.id)
     out += INT32.pack(len(self.endpoints))
-    for item in self.endpoints:
-        _encode_update_metadata_endpoint_v3_5(item, out)
+    for endpoints_item in self.endpoints:
+        _encode_update_metadata_endpoint_v3_5(endpoints_item, out)
     write_nullable_string(out, self.rack)
 
 
@@ -446,8 +446,8 @@ def _decode_update_metadata_broker_v3_5(buf: Buffer, pos: int) -> tuple[UpdateMe
     count, pos = read_array_length(buf, pos, False)
     endpoints = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_endpoint_v3_5(buf, pos)
-        endpoints.append(item)
+        endpoints_item, pos = _decode_update_metadata_endpoint_v3_5(buf, pos)
+        endpoints.append(endpoints_item)
     rack, pos = read_nullable_string(buf, pos)
     return UpdateMetadataBroker(id=id, endpoints=endpoints, rack=rack), pos
 
@@ -455,8 +455,8 @@ def _decode_update_metadata_broker_v3_5(buf: Buffer, pos: int) -> tuple[UpdateMe
 def _encode_update_metadata_broker_v6_8(self: UpdateMetadataBroker, out: bytearray) -> None:
     out += _I32.pack(self.id)
     write_uvarint(out, len(self.endpoints) + 1)
-    for item in self.endpoints:
-        _encode_update_metadata_endpoint_v6_8(item, out)
+    for endpoints_item in self.endpoints:
+        _encode_update_metadata_endpoint_v6_8(endpoints_item, out)
     write_compact_nullable_string(out, self.rack)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -470,8 +470,8 @@ def _decode_update_metadata_broker_v6_8(buf: Buffer, pos: int) -> tuple[UpdateMe
     count, pos = read_compact_array_length(buf, pos, False)
     endpoints = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_endpoint_v6_8(buf, pos)
-        endpoints.append(item)
+        endpoints_item, pos = _decode_update_metadata_endpoint_v6_8(buf, pos)
+        endpoints.append(endpoints_item)
     rack, pos = read_compact_nullable_string(buf, pos)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return UpdateMetadataBroker(id=id, endpoints=endpoints, rack=rack, unknown_tagged_fields=unknown), pos
@@ -484,13 +484,13 @@ def _encode_update_metadata_request_v0(self: UpdateMetadataRequest, out: bytearr
         raise EncodeError("type exists only in versions 8+ and is not ignorable")
     out += _I32_I32.pack(self.controller_id, self.controller_epoch)
     out += INT32.pack(len(self.ungrouped_partition_states))
-    for item in self.ungrouped_partition_states:
-        _encode_update_metadata_partition_state_v0_3(item, out)
+    for ungrouped_partition_states_item in self.ungrouped_partition_states:
+        _encode_update_metadata_partition_state_v0_3(ungrouped_partition_states_item, out)
     if self.topic_states:
         raise EncodeError("topic_states exists only in versions 5+ and is not ignorable")
     out += INT32.pack(len(self.live_brokers))
-    for item in self.live_brokers:
-        _encode_update_metadata_broker_v0(item, out)
+    for live_brokers_item in self.live_brokers:
+        _encode_update_metadata_broker_v0(live_brokers_item, out)
 
 
 def _decode_update_metadata_request_v0(buf: Buffer, pos: int) -> tuple[UpdateMetadataRequest, int]:
@@ -499,13 +499,13 @@ def _decode_update_metadata_request_v0(buf: Buffer, pos: int) -> tuple[UpdateMet
     count, pos = read_array_length(buf, pos, False)
     ungrouped_partition_states = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_partition_state_v0_3(buf, pos)
-        ungrouped_partition_states.append(item)
+        ungrouped_partition_states_item, pos = _decode_update_metadata_partition_state_v0_3(buf, pos)
+        ungrouped_partition_states.append(ungrouped_partition_states_item)
     count, pos = read_array_length(buf, pos, False)
     live_brokers = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_broker_v0(buf, pos)
-        live_brokers.append(item)
+        live_brokers_item, pos = _decode_update_metadata_broker_v0(buf, pos)
+        live_brokers.append(live_brokers_item)
     return UpdateMetadataRequest(controller_id=controller_id, controller_epoch=controller_epoch, ungrouped_partition_states=ungrouped_partition_states, live_brokers=live_brokers), pos
 
 
@@ -516,13 +516,13 @@ def _encode_update_metadata_request_v1(self: UpdateMetadataRequest, out: bytearr
         raise EncodeError("type exists only in versions 8+ and is not ignorable")
     out += _I32_I32.pack(self.controller_id, self.controller_epoch)
     out += INT32.pack(len(self.ungrouped_partition_states))
-    for item in self.ungrouped_partition_states:
-        _encode_update_metadata_partition_state_v0_3(item, out)
+    for ungrouped_partition_states_item in self.ungrouped_partition_states:
+        _encode_update_metadata_partition_state_v0_3(ungrouped_partition_states_item, out)
     if self.topic_states:
         raise EncodeError("topic_states exists only in versions 5+ and is not ignorable")
     out += INT32.pack(len(self.live_brokers))
-    for item in self.live_brokers:
-        _encode_update_metadata_broker_v1(item, out)
+    for live_brokers_item in self.live_brokers:
+        _encode_update_metadata_broker_v1(live_brokers_item, out)
 
 
 def _decode_update_metadata_request_v1(buf: Buffer, pos: int) -> tuple[UpdateMetadataRequest, int]:
@@ -531,13 +531,13 @@ def _decode_update_metadata_request_v1(buf: Buffer, pos: int) -> tuple[UpdateMet
     count, pos = read_array_length(buf, pos, False)
     ungrouped_partition_states = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_partition_state_v0_3(buf, pos)
-        ungrouped_partition_states.append(item)
+        ungrouped_partition_states_item, pos = _decode_update_metadata_partition_state_v0_3(buf, pos)
+        ungrouped_partition_states.append(ungrouped_partition_states_item)
     count, pos = read_array_length(buf, pos, False)
     live_brokers = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_broker_v1(buf, pos)
-        live_brokers.append(item)
+        live_brokers_item, pos = _decode_update_metadata_broker_v1(buf, pos)
+        live_brokers.append(live_brokers_item)
     return UpdateMetadataRequest(controller_id=controller_id, controller_epoch=controller_epoch, ungrouped_partition_states=ungrouped_partition_states, live_brokers=live_brokers), pos
 
 
@@ -548,13 +548,13 @@ def _encode_update_metadata_request_v2(self: UpdateMetadataRequest, out: bytearr
         raise EncodeError("type exists only in versions 8+ and is not ignorable")
     out += _I32_I32.pack(self.controller_id, self.controller_epoch)
     out += INT32.pack(len(self.ungrouped_partition_states))
-    for item in self.ungrouped_partition_states:
-        _encode_update_metadata_partition_state_v0_3(item, out)
+    for ungrouped_partition_states_item in self.ungrouped_partition_states:
+        _encode_update_metadata_partition_state_v0_3(ungrouped_partition_states_item, out)
     if self.topic_states:
         raise EncodeError("topic_states exists only in versions 5+ and is not ignorable")
     out += INT32.pack(len(self.live_brokers))
-    for item in self.live_brokers:
-        _encode_update_metadata_broker_v2(item, out)
+    for live_brokers_item in self.live_brokers:
+        _encode_update_metadata_broker_v2(live_brokers_item, out)
 
 
 def _decode_update_metadata_request_v2(buf: Buffer, pos: int) -> tuple[UpdateMetadataRequest, int]:
@@ -563,13 +563,13 @@ def _decode_update_metadata_request_v2(buf: Buffer, pos: int) -> tuple[UpdateMet
     count, pos = read_array_length(buf, pos, False)
     ungrouped_partition_states = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_partition_state_v0_3(buf, pos)
-        ungrouped_partition_states.append(item)
+        ungrouped_partition_states_item, pos = _decode_update_metadata_partition_state_v0_3(buf, pos)
+        ungrouped_partition_states.append(ungrouped_partition_states_item)
     count, pos = read_array_length(buf, pos, False)
     live_brokers = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_broker_v2(buf, pos)
-        live_brokers.append(item)
+        live_brokers_item, pos = _decode_update_metadata_broker_v2(buf, pos)
+        live_brokers.append(live_brokers_item)
     return UpdateMetadataRequest(controller_id=controller_id, controller_epoch=controller_epoch, ungrouped_partition_states=ungrouped_partition_states, live_brokers=live_brokers), pos
 
 
@@ -580,13 +580,13 @@ def _encode_update_metadata_request_v3(self: UpdateMetadataRequest, out: bytearr
         raise EncodeError("type exists only in versions 8+ and is not ignorable")
     out += _I32_I32.pack(self.controller_id, self.controller_epoch)
     out += INT32.pack(len(self.ungrouped_partition_states))
-    for item in self.ungrouped_partition_states:
-        _encode_update_metadata_partition_state_v0_3(item, out)
+    for ungrouped_partition_states_item in self.ungrouped_partition_states:
+        _encode_update_metadata_partition_state_v0_3(ungrouped_partition_states_item, out)
     if self.topic_states:
         raise EncodeError("topic_states exists only in versions 5+ and is not ignorable")
     out += INT32.pack(len(self.live_brokers))
-    for item in self.live_brokers:
-        _encode_update_metadata_broker_v3_5(item, out)
+    for live_brokers_item in self.live_brokers:
+        _encode_update_metadata_broker_v3_5(live_brokers_item, out)
 
 
 def _decode_update_metadata_request_v3(buf: Buffer, pos: int) -> tuple[UpdateMetadataRequest, int]:
@@ -595,13 +595,13 @@ def _decode_update_metadata_request_v3(buf: Buffer, pos: int) -> tuple[UpdateMet
     count, pos = read_array_length(buf, pos, False)
     ungrouped_partition_states = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_partition_state_v0_3(buf, pos)
-        ungrouped_partition_states.append(item)
+        ungrouped_partition_states_item, pos = _decode_update_metadata_partition_state_v0_3(buf, pos)
+        ungrouped_partition_states.append(ungrouped_partition_states_item)
     count, pos = read_array_length(buf, pos, False)
     live_brokers = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_broker_v3_5(buf, pos)
-        live_brokers.append(item)
+        live_brokers_item, pos = _decode_update_metadata_broker_v3_5(buf, pos)
+        live_brokers.append(live_brokers_item)
     return UpdateMetadataRequest(controller_id=controller_id, controller_epoch=controller_epoch, ungrouped_partition_states=ungrouped_partition_states, live_brokers=live_brokers), pos
 
 
@@ -612,13 +612,13 @@ def _encode_update_metadata_request_v4(self: UpdateMetadataRequest, out: bytearr
         raise EncodeError("type exists only in versions 8+ and is not ignorable")
     out += _I32_I32.pack(self.controller_id, self.controller_epoch)
     out += INT32.pack(len(self.ungrouped_partition_states))
-    for item in self.ungrouped_partition_states:
-        _encode_update_metadata_partition_state_v4(item, out)
+    for ungrouped_partition_states_item in self.ungrouped_partition_states:
+        _encode_update_metadata_partition_state_v4(ungrouped_partition_states_item, out)
     if self.topic_states:
         raise EncodeError("topic_states exists only in versions 5+ and is not ignorable")
     out += INT32.pack(len(self.live_brokers))
-    for item in self.live_brokers:
-        _encode_update_metadata_broker_v3_5(item, out)
+    for live_brokers_item in self.live_brokers:
+        _encode_update_metadata_broker_v3_5(live_brokers_item, out)
 
 
 def _decode_update_metadata_request_v4(buf: Buffer, pos: int) -> tuple[UpdateMetadataRequest, int]:
@@ -627,13 +627,13 @@ def _decode_update_metadata_request_v4(buf: Buffer, pos: int) -> tuple[UpdateMet
     count, pos = read_array_length(buf, pos, False)
     ungrouped_partition_states = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_partition_state_v4(buf, pos)
-        ungrouped_partition_states.append(item)
+        ungrouped_partition_states_item, pos = _decode_update_metadata_partition_state_v4(buf, pos)
+        ungrouped_partition_states.append(ungrouped_partition_states_item)
     count, pos = read_array_length(buf, pos, False)
     live_brokers = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_broker_v3_5(buf, pos)
-        live_brokers.append(item)
+        live_brokers_item, pos = _decode_update_metadata_broker_v3_5(buf, pos)
+        live_brokers.append(live_brokers_item)
     return UpdateMetadataRequest(controller_id=controller_id, controller_epoch=controller_epoch, ungrouped_partition_states=ungrouped_partition_states, live_brokers=live_brokers), pos
 
 
@@ -646,11 +646,11 @@ def _encode_update_metadata_request_v5(self: UpdateMetadataRequest, out: bytearr
         raise EncodeError("ungrouped_partition_states exists only in versions 0-4 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     out += INT32.pack(len(self.topic_states))
-    for item in self.topic_states:
-        _encode_update_metadata_topic_state_v5(item, out)
+    for topic_states_item in self.topic_states:
+        _encode_update_metadata_topic_state_v5(topic_states_item, out)
     out += INT32.pack(len(self.live_brokers))
-    for item in self.live_brokers:
-        _encode_update_metadata_broker_v3_5(item, out)
+    for live_brokers_item in self.live_brokers:
+        _encode_update_metadata_broker_v3_5(live_brokers_item, out)
 
 
 def _decode_update_metadata_request_v5(buf: Buffer, pos: int) -> tuple[UpdateMetadataRequest, int]:
@@ -659,13 +659,13 @@ def _decode_update_metadata_request_v5(buf: Buffer, pos: int) -> tuple[UpdateMet
     count, pos = read_array_length(buf, pos, False)
     topic_states = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_topic_state_v5(buf, pos)
-        topic_states.append(item)
+        topic_states_item, pos = _decode_update_metadata_topic_state_v5(buf, pos)
+        topic_states.append(topic_states_item)
     count, pos = read_array_length(buf, pos, False)
     live_brokers = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_broker_v3_5(buf, pos)
-        live_brokers.append(item)
+        live_brokers_item, pos = _decode_update_metadata_broker_v3_5(buf, pos)
+        live_brokers.append(live_brokers_item)
     return UpdateMetadataRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, topic_states=topic_states, live_brokers=live_brokers), pos
 
 
@@ -678,11 +678,11 @@ def _encode_update_metadata_request_v6(self: UpdateMetadataRequest, out: bytearr
         raise EncodeError("ungrouped_partition_states exists only in versions 0-4 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     write_uvarint(out, len(self.topic_states) + 1)
-    for item in self.topic_states:
-        _encode_update_metadata_topic_state_v6(item, out)
+    for topic_states_item in self.topic_states:
+        _encode_update_metadata_topic_state_v6(topic_states_item, out)
     write_uvarint(out, len(self.live_brokers) + 1)
-    for item in self.live_brokers:
-        _encode_update_metadata_broker_v6_8(item, out)
+    for live_brokers_item in self.live_brokers:
+        _encode_update_metadata_broker_v6_8(live_brokers_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -695,13 +695,13 @@ def _decode_update_metadata_request_v6(buf: Buffer, pos: int) -> tuple[UpdateMet
     count, pos = read_compact_array_length(buf, pos, False)
     topic_states = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_topic_state_v6(buf, pos)
-        topic_states.append(item)
+        topic_states_item, pos = _decode_update_metadata_topic_state_v6(buf, pos)
+        topic_states.append(topic_states_item)
     count, pos = read_compact_array_length(buf, pos, False)
     live_brokers = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_broker_v6_8(buf, pos)
-        live_brokers.append(item)
+        live_brokers_item, pos = _decode_update_metadata_broker_v6_8(buf, pos)
+        live_brokers.append(live_brokers_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return UpdateMetadataRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, topic_states=topic_states, live_brokers=live_brokers, unknown_tagged_fields=unknown), pos
 
@@ -715,11 +715,11 @@ def _encode_update_metadata_request_v7(self: UpdateMetadataRequest, out: bytearr
         raise EncodeError("ungrouped_partition_states exists only in versions 0-4 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     write_uvarint(out, len(self.topic_states) + 1)
-    for item in self.topic_states:
-        _encode_update_metadata_topic_state_v7_8(item, out)
+    for topic_states_item in self.topic_states:
+        _encode_update_metadata_topic_state_v7_8(topic_states_item, out)
     write_uvarint(out, len(self.live_brokers) + 1)
-    for item in self.live_brokers:
-        _encode_update_metadata_broker_v6_8(item, out)
+    for live_brokers_item in self.live_brokers:
+        _encode_update_metadata_broker_v6_8(live_brokers_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -732,13 +732,13 @@ def _decode_update_metadata_request_v7(buf: Buffer, pos: int) -> tuple[UpdateMet
     count, pos = read_compact_array_length(buf, pos, False)
     topic_states = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_topic_state_v7_8(buf, pos)
-        topic_states.append(item)
+        topic_states_item, pos = _decode_update_metadata_topic_state_v7_8(buf, pos)
+        topic_states.append(topic_states_item)
     count, pos = read_compact_array_length(buf, pos, False)
     live_brokers = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_broker_v6_8(buf, pos)
-        live_brokers.append(item)
+        live_brokers_item, pos = _decode_update_metadata_broker_v6_8(buf, pos)
+        live_brokers.append(live_brokers_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return UpdateMetadataRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, topic_states=topic_states, live_brokers=live_brokers, unknown_tagged_fields=unknown), pos
 
@@ -748,11 +748,11 @@ def _encode_update_metadata_request_v8(self: UpdateMetadataRequest, out: bytearr
         raise EncodeError("ungrouped_partition_states exists only in versions 0-4 and is not ignorable")
     out += _I32_BOOL_I32_I64.pack(self.controller_id, self.is_k_raft_controller, self.controller_epoch, self.broker_epoch)
     write_uvarint(out, len(self.topic_states) + 1)
-    for item in self.topic_states:
-        _encode_update_metadata_topic_state_v7_8(item, out)
+    for topic_states_item in self.topic_states:
+        _encode_update_metadata_topic_state_v7_8(topic_states_item, out)
     write_uvarint(out, len(self.live_brokers) + 1)
-    for item in self.live_brokers:
-        _encode_update_metadata_broker_v6_8(item, out)
+    for live_brokers_item in self.live_brokers:
+        _encode_update_metadata_broker_v6_8(live_brokers_item, out)
     tagged: list[tuple[int, Buffer]] = []
     if self.type != 0:
         data = bytearray()
@@ -767,13 +767,13 @@ def _decode_update_metadata_request_v8(buf: Buffer, pos: int) -> tuple[UpdateMet
     count, pos = read_compact_array_length(buf, pos, False)
     topic_states = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_topic_state_v7_8(buf, pos)
-        topic_states.append(item)
+        topic_states_item, pos = _decode_update_metadata_topic_state_v7_8(buf, pos)
+        topic_states.append(topic_states_item)
     count, pos = read_compact_array_length(buf, pos, False)
     live_brokers = []
     for _ in range(count):
-        item, pos = _decode_update_metadata_broker_v6_8(buf, pos)
-        live_brokers.append(item)
+        live_brokers_item, pos = _decode_update_metadata_broker_v6_8(buf, pos)
+        live_brokers.append(live_brokers_item)
     type = 0
     unknown = None
     tagged_count, pos = read_uvarint(buf, pos)

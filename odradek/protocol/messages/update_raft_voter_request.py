@@ -119,8 +119,8 @@ def _encode_update_raft_voter_request_v0(self: UpdateRaftVoterRequest, out: byte
     out += _I32_I32.pack(self.current_leader_epoch, self.voter_id)
     out += self.voter_directory_id.bytes
     write_uvarint(out, len(self.listeners) + 1)
-    for item in self.listeners:
-        _encode_listener_v0(item, out)
+    for listeners_item in self.listeners:
+        _encode_listener_v0(listeners_item, out)
     _encode_k_raft_version_feature_v0(self.k_raft_version_feature, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -136,8 +136,8 @@ def _decode_update_raft_voter_request_v0(buf: Buffer, pos: int) -> tuple[UpdateR
     count, pos = read_compact_array_length(buf, pos, False)
     listeners = []
     for _ in range(count):
-        item, pos = _decode_listener_v0(buf, pos)
-        listeners.append(item)
+        listeners_item, pos = _decode_listener_v0(buf, pos)
+        listeners.append(listeners_item)
     k_raft_version_feature, pos = _decode_k_raft_version_feature_v0(buf, pos)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return UpdateRaftVoterRequest(cluster_id=cluster_id, current_leader_epoch=current_leader_epoch, voter_id=voter_id, voter_directory_id=voter_directory_id, listeners=listeners, k_raft_version_feature=k_raft_version_feature, unknown_tagged_fields=unknown), pos

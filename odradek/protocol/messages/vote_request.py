@@ -123,8 +123,8 @@ def _decode_partition_data_v1(buf: Buffer, pos: int) -> tuple[PartitionData, int
 def _encode_topic_data_v0(self: TopicData, out: bytearray) -> None:
     write_compact_string(out, self.topic_name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -136,8 +136,8 @@ def _decode_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicData(topic_name=topic_name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -145,8 +145,8 @@ def _decode_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
 def _encode_topic_data_v1(self: TopicData, out: bytearray) -> None:
     write_compact_string(out, self.topic_name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v1(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v1(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -158,8 +158,8 @@ def _decode_topic_data_v1(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v1(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v1(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicData(topic_name=topic_name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -167,8 +167,8 @@ def _decode_topic_data_v1(buf: Buffer, pos: int) -> tuple[TopicData, int]:
 def _encode_vote_request_v0(self: VoteRequest, out: bytearray) -> None:
     write_compact_nullable_string(out, self.cluster_id)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v0(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v0(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -180,8 +180,8 @@ def _decode_vote_request_v0(buf: Buffer, pos: int) -> tuple[VoteRequest, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v0(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return VoteRequest(cluster_id=cluster_id, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -190,8 +190,8 @@ def _encode_vote_request_v1(self: VoteRequest, out: bytearray) -> None:
     write_compact_nullable_string(out, self.cluster_id)
     out += _I32.pack(self.voter_id)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v1(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v1(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -205,8 +205,8 @@ def _decode_vote_request_v1(buf: Buffer, pos: int) -> tuple[VoteRequest, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v1(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return VoteRequest(cluster_id=cluster_id, voter_id=voter_id, topics=topics, unknown_tagged_fields=unknown), pos
 

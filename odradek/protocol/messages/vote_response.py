@@ -110,8 +110,8 @@ def _decode_partition_data_v0_1(buf: Buffer, pos: int) -> tuple[PartitionData, i
 def _encode_topic_data_v0_1(self: TopicData, out: bytearray) -> None:
     write_compact_string(out, self.topic_name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v0_1(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v0_1(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -123,8 +123,8 @@ def _decode_topic_data_v0_1(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v0_1(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v0_1(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return TopicData(topic_name=topic_name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -152,8 +152,8 @@ def _decode_node_endpoint_v1(buf: Buffer, pos: int) -> tuple[NodeEndpoint, int]:
 def _encode_vote_response_v0(self: VoteResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v0_1(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v0_1(topics_item, out)
     if self.node_endpoints:
         raise EncodeError("node_endpoints exists only in versions 1+ and is not ignorable")
     if self.unknown_tagged_fields:
@@ -168,8 +168,8 @@ def _decode_vote_response_v0(buf: Buffer, pos: int) -> tuple[VoteResponse, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v0_1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v0_1(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return VoteResponse(error_code=error_code, topics=topics, unknown_tagged_fields=unknown), pos
 
@@ -177,14 +177,14 @@ def _decode_vote_response_v0(buf: Buffer, pos: int) -> tuple[VoteResponse, int]:
 def _encode_vote_response_v1(self: VoteResponse, out: bytearray) -> None:
     out += _I16.pack(self.error_code)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_topic_data_v0_1(item, out)
+    for topics_item in self.topics:
+        _encode_topic_data_v0_1(topics_item, out)
     tagged: list[tuple[int, Buffer]] = []
     if self.node_endpoints:
         data = bytearray()
         write_uvarint(data, len(self.node_endpoints) + 1)
-        for item in self.node_endpoints:
-            _encode_node_endpoint_v1(item, data)
+        for node_endpoints_item in self.node_endpoints:
+            _encode_node_endpoint_v1(node_endpoints_item, data)
         tagged.append((0, data))
     write_tagged_fields(out, tagged, self.unknown_tagged_fields)
 
@@ -195,8 +195,8 @@ def _decode_vote_response_v1(buf: Buffer, pos: int) -> tuple[VoteResponse, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_topic_data_v0_1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_topic_data_v0_1(buf, pos)
+        topics.append(topics_item)
     node_endpoints = []
     unknown = None
     tagged_count, pos = read_uvarint(buf, pos)
@@ -206,8 +206,8 @@ def _decode_vote_response_v1(buf: Buffer, pos: int) -> tuple[VoteResponse, int]:
             count, pos = read_compact_array_length(buf, pos, False)
             node_endpoints = []
             for _ in range(count):
-                item, pos = _decode_node_endpoint_v1(buf, pos)
-                node_endpoints.append(item)
+                node_endpoints_item, pos = _decode_node_endpoint_v1(buf, pos)
+                node_endpoints.append(node_endpoints_item)
             check_tag_end(pos, end, tag)
         else:
             if unknown is None:

@@ -124,8 +124,8 @@ def _encode_voter_v0(self: Voter, out: bytearray) -> None:
     out += _I32.pack(self.voter_id)
     out += self.voter_directory_id.bytes
     write_uvarint(out, len(self.endpoints) + 1)
-    for item in self.endpoints:
-        _encode_endpoint_v0(item, out)
+    for endpoints_item in self.endpoints:
+        _encode_endpoint_v0(endpoints_item, out)
     _encode_k_raft_version_feature_v0(self.k_raft_version_feature, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -140,8 +140,8 @@ def _decode_voter_v0(buf: Buffer, pos: int) -> tuple[Voter, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     endpoints = []
     for _ in range(count):
-        item, pos = _decode_endpoint_v0(buf, pos)
-        endpoints.append(item)
+        endpoints_item, pos = _decode_endpoint_v0(buf, pos)
+        endpoints.append(endpoints_item)
     k_raft_version_feature, pos = _decode_k_raft_version_feature_v0(buf, pos)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return Voter(voter_id=voter_id, voter_directory_id=voter_directory_id, endpoints=endpoints, k_raft_version_feature=k_raft_version_feature, unknown_tagged_fields=unknown), pos
@@ -150,8 +150,8 @@ def _decode_voter_v0(buf: Buffer, pos: int) -> tuple[Voter, int]:
 def _encode_voters_record_v0(self: VotersRecord, out: bytearray) -> None:
     out += _I16.pack(self.version)
     write_uvarint(out, len(self.voters) + 1)
-    for item in self.voters:
-        _encode_voter_v0(item, out)
+    for voters_item in self.voters:
+        _encode_voter_v0(voters_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -164,8 +164,8 @@ def _decode_voters_record_v0(buf: Buffer, pos: int) -> tuple[VotersRecord, int]:
     count, pos = read_compact_array_length(buf, pos, False)
     voters = []
     for _ in range(count):
-        item, pos = _decode_voter_v0(buf, pos)
-        voters.append(item)
+        voters_item, pos = _decode_voter_v0(buf, pos)
+        voters.append(voters_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return VotersRecord(version=version, voters=voters, unknown_tagged_fields=unknown), pos
 

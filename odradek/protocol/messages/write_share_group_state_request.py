@@ -107,8 +107,8 @@ def _decode_state_batch_v0(buf: Buffer, pos: int) -> tuple[StateBatch, int]:
 def _encode_partition_data_v0(self: PartitionData, out: bytearray) -> None:
     out += _I32_I32_I32_I64.pack(self.partition, self.state_epoch, self.leader_epoch, self.start_offset)
     write_uvarint(out, len(self.state_batches) + 1)
-    for item in self.state_batches:
-        _encode_state_batch_v0(item, out)
+    for state_batches_item in self.state_batches:
+        _encode_state_batch_v0(state_batches_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -121,8 +121,8 @@ def _decode_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int
     count, pos = read_compact_array_length(buf, pos, False)
     state_batches = []
     for _ in range(count):
-        item, pos = _decode_state_batch_v0(buf, pos)
-        state_batches.append(item)
+        state_batches_item, pos = _decode_state_batch_v0(buf, pos)
+        state_batches.append(state_batches_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return PartitionData(partition=partition, state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=start_offset, state_batches=state_batches, unknown_tagged_fields=unknown), pos
 
@@ -130,8 +130,8 @@ def _decode_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int
 def _encode_write_state_data_v0(self: WriteStateData, out: bytearray) -> None:
     out += self.topic_id.bytes
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_partition_data_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_partition_data_v0(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -143,8 +143,8 @@ def _decode_write_state_data_v0(buf: Buffer, pos: int) -> tuple[WriteStateData, 
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_partition_data_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_partition_data_v0(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return WriteStateData(topic_id=topic_id, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -152,8 +152,8 @@ def _decode_write_state_data_v0(buf: Buffer, pos: int) -> tuple[WriteStateData, 
 def _encode_write_share_group_state_request_v0(self: WriteShareGroupStateRequest, out: bytearray) -> None:
     write_compact_string(out, self.group_id)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_write_state_data_v0(item, out)
+    for topics_item in self.topics:
+        _encode_write_state_data_v0(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -165,8 +165,8 @@ def _decode_write_share_group_state_request_v0(buf: Buffer, pos: int) -> tuple[W
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_write_state_data_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_write_state_data_v0(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return WriteShareGroupStateRequest(group_id=group_id, topics=topics, unknown_tagged_fields=unknown), pos
 

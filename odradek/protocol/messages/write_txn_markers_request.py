@@ -108,8 +108,8 @@ def _decode_writable_txn_marker_topic_v1(buf: Buffer, pos: int) -> tuple[Writabl
 def _encode_writable_txn_marker_v0(self: WritableTxnMarker, out: bytearray) -> None:
     out += _I64_I16_BOOL.pack(self.producer_id, self.producer_epoch, self.transaction_result)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_writable_txn_marker_topic_v0(item, out)
+    for topics_item in self.topics:
+        _encode_writable_txn_marker_topic_v0(topics_item, out)
     out += _I32.pack(self.coordinator_epoch)
 
 
@@ -119,8 +119,8 @@ def _decode_writable_txn_marker_v0(buf: Buffer, pos: int) -> tuple[WritableTxnMa
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_writable_txn_marker_topic_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_writable_txn_marker_topic_v0(buf, pos)
+        topics.append(topics_item)
     (coordinator_epoch,) = _I32.unpack_from(buf, pos)
     pos += 4
     return WritableTxnMarker(producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=transaction_result, topics=topics, coordinator_epoch=coordinator_epoch), pos
@@ -129,8 +129,8 @@ def _decode_writable_txn_marker_v0(buf: Buffer, pos: int) -> tuple[WritableTxnMa
 def _encode_writable_txn_marker_v1(self: WritableTxnMarker, out: bytearray) -> None:
     out += _I64_I16_BOOL.pack(self.producer_id, self.producer_epoch, self.transaction_result)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_writable_txn_marker_topic_v1(item, out)
+    for topics_item in self.topics:
+        _encode_writable_txn_marker_topic_v1(topics_item, out)
     out += _I32.pack(self.coordinator_epoch)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -144,8 +144,8 @@ def _decode_writable_txn_marker_v1(buf: Buffer, pos: int) -> tuple[WritableTxnMa
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_writable_txn_marker_topic_v1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_writable_txn_marker_topic_v1(buf, pos)
+        topics.append(topics_item)
     (coordinator_epoch,) = _I32.unpack_from(buf, pos)
     pos += 4
     unknown, pos = read_unknown_tagged_fields(buf, pos)
@@ -154,23 +154,23 @@ def _decode_writable_txn_marker_v1(buf: Buffer, pos: int) -> tuple[WritableTxnMa
 
 def _encode_write_txn_markers_request_v0(self: WriteTxnMarkersRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.markers))
-    for item in self.markers:
-        _encode_writable_txn_marker_v0(item, out)
+    for markers_item in self.markers:
+        _encode_writable_txn_marker_v0(markers_item, out)
 
 
 def _decode_write_txn_markers_request_v0(buf: Buffer, pos: int) -> tuple[WriteTxnMarkersRequest, int]:
     count, pos = read_array_length(buf, pos, False)
     markers = []
     for _ in range(count):
-        item, pos = _decode_writable_txn_marker_v0(buf, pos)
-        markers.append(item)
+        markers_item, pos = _decode_writable_txn_marker_v0(buf, pos)
+        markers.append(markers_item)
     return WriteTxnMarkersRequest(markers=markers), pos
 
 
 def _encode_write_txn_markers_request_v1(self: WriteTxnMarkersRequest, out: bytearray) -> None:
     write_uvarint(out, len(self.markers) + 1)
-    for item in self.markers:
-        _encode_writable_txn_marker_v1(item, out)
+    for markers_item in self.markers:
+        _encode_writable_txn_marker_v1(markers_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -181,8 +181,8 @@ def _decode_write_txn_markers_request_v1(buf: Buffer, pos: int) -> tuple[WriteTx
     count, pos = read_compact_array_length(buf, pos, False)
     markers = []
     for _ in range(count):
-        item, pos = _decode_writable_txn_marker_v1(buf, pos)
-        markers.append(item)
+        markers_item, pos = _decode_writable_txn_marker_v1(buf, pos)
+        markers.append(markers_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return WriteTxnMarkersRequest(markers=markers, unknown_tagged_fields=unknown), pos
 

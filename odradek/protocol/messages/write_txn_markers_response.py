@@ -106,8 +106,8 @@ def _decode_writable_txn_marker_partition_result_v1(buf: Buffer, pos: int) -> tu
 def _encode_writable_txn_marker_topic_result_v0(self: WritableTxnMarkerTopicResult, out: bytearray) -> None:
     write_string(out, self.name)
     out += INT32.pack(len(self.partitions))
-    for item in self.partitions:
-        _encode_writable_txn_marker_partition_result_v0(item, out)
+    for partitions_item in self.partitions:
+        _encode_writable_txn_marker_partition_result_v0(partitions_item, out)
 
 
 def _decode_writable_txn_marker_topic_result_v0(buf: Buffer, pos: int) -> tuple[WritableTxnMarkerTopicResult, int]:
@@ -115,16 +115,16 @@ def _decode_writable_txn_marker_topic_result_v0(buf: Buffer, pos: int) -> tuple[
     count, pos = read_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_writable_txn_marker_partition_result_v0(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_writable_txn_marker_partition_result_v0(buf, pos)
+        partitions.append(partitions_item)
     return WritableTxnMarkerTopicResult(name=name, partitions=partitions), pos
 
 
 def _encode_writable_txn_marker_topic_result_v1(self: WritableTxnMarkerTopicResult, out: bytearray) -> None:
     write_compact_string(out, self.name)
     write_uvarint(out, len(self.partitions) + 1)
-    for item in self.partitions:
-        _encode_writable_txn_marker_partition_result_v1(item, out)
+    for partitions_item in self.partitions:
+        _encode_writable_txn_marker_partition_result_v1(partitions_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -136,8 +136,8 @@ def _decode_writable_txn_marker_topic_result_v1(buf: Buffer, pos: int) -> tuple[
     count, pos = read_compact_array_length(buf, pos, False)
     partitions = []
     for _ in range(count):
-        item, pos = _decode_writable_txn_marker_partition_result_v1(buf, pos)
-        partitions.append(item)
+        partitions_item, pos = _decode_writable_txn_marker_partition_result_v1(buf, pos)
+        partitions.append(partitions_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return WritableTxnMarkerTopicResult(name=name, partitions=partitions, unknown_tagged_fields=unknown), pos
 
@@ -145,8 +145,8 @@ def _decode_writable_txn_marker_topic_result_v1(buf: Buffer, pos: int) -> tuple[
 def _encode_writable_txn_marker_result_v0(self: WritableTxnMarkerResult, out: bytearray) -> None:
     out += _I64.pack(self.producer_id)
     out += INT32.pack(len(self.topics))
-    for item in self.topics:
-        _encode_writable_txn_marker_topic_result_v0(item, out)
+    for topics_item in self.topics:
+        _encode_writable_txn_marker_topic_result_v0(topics_item, out)
 
 
 def _decode_writable_txn_marker_result_v0(buf: Buffer, pos: int) -> tuple[WritableTxnMarkerResult, int]:
@@ -155,16 +155,16 @@ def _decode_writable_txn_marker_result_v0(buf: Buffer, pos: int) -> tuple[Writab
     count, pos = read_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_writable_txn_marker_topic_result_v0(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_writable_txn_marker_topic_result_v0(buf, pos)
+        topics.append(topics_item)
     return WritableTxnMarkerResult(producer_id=producer_id, topics=topics), pos
 
 
 def _encode_writable_txn_marker_result_v1(self: WritableTxnMarkerResult, out: bytearray) -> None:
     out += _I64.pack(self.producer_id)
     write_uvarint(out, len(self.topics) + 1)
-    for item in self.topics:
-        _encode_writable_txn_marker_topic_result_v1(item, out)
+    for topics_item in self.topics:
+        _encode_writable_txn_marker_topic_result_v1(topics_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -177,31 +177,31 @@ def _decode_writable_txn_marker_result_v1(buf: Buffer, pos: int) -> tuple[Writab
     count, pos = read_compact_array_length(buf, pos, False)
     topics = []
     for _ in range(count):
-        item, pos = _decode_writable_txn_marker_topic_result_v1(buf, pos)
-        topics.append(item)
+        topics_item, pos = _decode_writable_txn_marker_topic_result_v1(buf, pos)
+        topics.append(topics_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return WritableTxnMarkerResult(producer_id=producer_id, topics=topics, unknown_tagged_fields=unknown), pos
 
 
 def _encode_write_txn_markers_response_v0(self: WriteTxnMarkersResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.markers))
-    for item in self.markers:
-        _encode_writable_txn_marker_result_v0(item, out)
+    for markers_item in self.markers:
+        _encode_writable_txn_marker_result_v0(markers_item, out)
 
 
 def _decode_write_txn_markers_response_v0(buf: Buffer, pos: int) -> tuple[WriteTxnMarkersResponse, int]:
     count, pos = read_array_length(buf, pos, False)
     markers = []
     for _ in range(count):
-        item, pos = _decode_writable_txn_marker_result_v0(buf, pos)
-        markers.append(item)
+        markers_item, pos = _decode_writable_txn_marker_result_v0(buf, pos)
+        markers.append(markers_item)
     return WriteTxnMarkersResponse(markers=markers), pos
 
 
 def _encode_write_txn_markers_response_v1(self: WriteTxnMarkersResponse, out: bytearray) -> None:
     write_uvarint(out, len(self.markers) + 1)
-    for item in self.markers:
-        _encode_writable_txn_marker_result_v1(item, out)
+    for markers_item in self.markers:
+        _encode_writable_txn_marker_result_v1(markers_item, out)
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
     else:
@@ -212,8 +212,8 @@ def _decode_write_txn_markers_response_v1(buf: Buffer, pos: int) -> tuple[WriteT
     count, pos = read_compact_array_length(buf, pos, False)
     markers = []
     for _ in range(count):
-        item, pos = _decode_writable_txn_marker_result_v1(buf, pos)
-        markers.append(item)
+        markers_item, pos = _decode_writable_txn_marker_result_v1(buf, pos)
+        markers.append(markers_item)
     unknown, pos = read_unknown_tagged_fields(buf, pos)
     return WriteTxnMarkersResponse(markers=markers, unknown_tagged_fields=unknown), pos
 
