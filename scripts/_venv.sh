@@ -10,7 +10,8 @@ VENV=${VENV:-.venv}
 if [ ! -x "$VENV/bin/python" ]; then
   if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
     echo "installing python3-venv (Debian)" >&2
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    source "$(dirname "${BASH_SOURCE[0]}")/_debian.sh"
+    debian_install python3-venv
   fi
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip

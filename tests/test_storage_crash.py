@@ -42,6 +42,7 @@ PROPS = {
     "segment.index.bytes": str(INDEX_BYTES),
 }
 SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")  # producer state, at most the log end
 OFFSET_ENTRY = struct.Struct(">II")  # relative offset, position
 TIME_ENTRY = struct.Struct(">qI")  # timestamp, relative offset
 CRC_START = 17  # batch bytes from the CRC on are covered by it (or are the CRC itself)
@@ -179,6 +180,9 @@ def check_files(log: Log, directory: Path, kept: list[Stored]) -> None:
     bases = [s.base_offset for s in segments]
     names = os.listdir(directory)
     for name in names:
+        if snapshot := SNAPSHOT_FILE.match(name):
+            assert int(snapshot.group(1)) <= log.log_end_offset, f"snapshot past the end: {name}"
+            continue
         match = SEGMENT_FILE.match(name)
         assert match, f"unexpected file {name}"
         assert int(match.group(1)) in bases, f"file of a dropped segment: {name}"
@@ -525,7 +529,7 @@ def test_segments_renamed_deleted_are_removed(tmp_path: Path, clean: bool) -> No
 
     end = stored[-1].last + 1
     log = reopen(directory, clean=clean, recovery_point=end, log_start_offset=second)
-    assert sorted(os.listdir(directory)) == sorted(
+    assert sorted(n for n in os.listdir(directory) if not SNAPSHOT_FILE.match(n)) == sorted(
         f"{base:020d}.{kind}"
         for base in segment_bases(stored)[1:]
         for kind in ("log", "index", "timeindex")
@@ -643,8 +647,11 @@ def test_byte_format(tmp_path: Path, seed: int) -> None:
     bases = segment_bases(stored)
     log.read(stored[-1].base, 1)  # the active .index is created on first use: use it
     log.flush()  # the active segment's index entries reach the file on flush
-    names = sorted(os.listdir(directory))
+    names = sorted(n for n in os.listdir(directory) if not SNAPSHOT_FILE.match(n))
     assert names == sorted(f"{b:020d}.{k}" for b in bases for k in ("index", "log", "timeindex"))
+    # Producer snapshots: one at each rolled-to segment's base (Kafka's roll).
+    snapshots = sorted(n for n in os.listdir(directory) if SNAPSHOT_FILE.match(n))
+    assert snapshots == [f"{b:020d}.snapshot" for b in bases[1:]]
     for name in names:
         assert SEGMENT_FILE.match(name) and len(name.split(".")[0]) == 20
 

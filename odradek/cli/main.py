@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from odradek import __version__
+from odradek.cli import serve
 from odradek.protocol.api_keys import API_SPECS
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
@@ -85,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--size-prefixed", action="store_true", help="the bytes start with the 4-byte frame size"
     )
     decode.set_defaults(run=_cmd_decode)
+
+    serve.register(commands)
     return parser
 
 

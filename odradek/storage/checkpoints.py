@@ -50,7 +50,7 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def _write_durably(path: Path, data: bytes) -> None:
+def write_durably(path: Path, data: bytes) -> None:
     """Write `data` to path.tmp, fsync it, rename it over `path` and fsync the directory."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
     try:
@@ -91,7 +91,7 @@ class OffsetCheckpointFile:
             lines.append(f"{topic} {partition} {offset}")
         data = ("\n".join(lines) + "\n").encode()
         with self._lock:
-            _write_durably(self.path, data)
+            write_durably(self.path, data)
 
     def read(self) -> dict[tuple[str, int], int]:
         """The entries by (topic, partition); empty if the file is missing or empty.
@@ -155,7 +155,7 @@ def write_clean_shutdown_marker(log_dir: str | os.PathLike[str], broker_epoch: i
     only the file's existence matters to log recovery.
     """
     payload = json.dumps({"broker_epoch": str(broker_epoch), "version": "0"}, separators=(",", ":"))
-    _write_durably(_marker(log_dir), payload.encode())
+    write_durably(_marker(log_dir), payload.encode())
 
 
 def has_clean_shutdown_marker(log_dir: str | os.PathLike[str]) -> bool:

@@ -40,9 +40,10 @@ producer state) takes its place, so
 that the cleaned segment ends at the same offset as the segments it replaces. That keeps
 the log end offset and segment boundaries intact, and it is what Log's crash recovery
 needs: a .swap segment replaces the old segments whose base offsets are below its next
-offset. Kafka also keeps the empty last batch of each idempotent producer (producer state);
-odradek has no producer state yet, so those are dropped (TODO with idempotence), and
-aborted transactional records are kept like committed ones (no transaction index yet).
+offset. As Kafka, the last data batch of each active idempotent producer is kept too, empty
+if none of its records survives (its header holds the producer id, epoch and sequences),
+so that the producer state rebuilt from the log after a crash still has it. Aborted
+transactional records are kept like committed ones (no transaction index yet).
 
 Each group (consecutive segments whose output fits segment.bytes, an offset range of
 2^31 - 1 as Kafka's, and the index files) is written as a new `.cleaned` segment,
@@ -434,6 +435,8 @@ class Cleaner:
         segments = log.segments()
         cleanable = [s for s in segments[:-1] if s.base_offset < upper]
         result = CleanResult(first_dirty, first_dirty, upper)
+        # Taken before copying: a producer's later batches are past what this round cleans.
+        producer_last_offsets = log.last_offsets_of_active_producers()
         end = self._build_offset_map(log, cleanable, first_dirty, upper, result)
         result.end_offset = max(first_dirty, end)
         to_copy = [s for s in cleanable if s.base_offset < min(end, upper)]
@@ -444,7 +447,8 @@ class Cleaner:
         i = 0
         while i < len(to_copy):
             self._check_abort(log)
-            i = self._clean_group(log, config, to_copy, i, next_bases, end, now, result)
+            i = self._clean_group(log, config, to_copy, i, next_bases, end, now, result,
+                                  producer_last_offsets)
         logger.info(
             "cleaned %s: offsets [%d, %d) mapped, %d segments into %d, %d -> %d bytes, "
             "%d of %d records kept", log.name, first_dirty, result.end_offset,
@@ -487,7 +491,7 @@ class Cleaner:
 
     def _clean_group(self, log: Log, config: LogConfig, segments: list[LogSegment], i: int,
                      next_bases: dict[int, int], end: int, now: int,
-                     result: CleanResult) -> int:
+                     result: CleanResult, producer_last_offsets: dict[int, int]) -> int:
         """Writes segments[i:j] (as many as fit) into one .cleaned segment and swaps it
         in; returns j."""
         first = segments[i]
@@ -504,7 +508,8 @@ class Cleaner:
                 if group and not _fits(out, segment, next_bases[id(segment)], config):
                     break
                 sizes[id(segment)] = segment.size
-                last = self._copy_segment(log, segment, out, end, now, config, result)
+                last = self._copy_segment(log, segment, out, end, now, config, result,
+                                          producer_last_offsets)
                 if last is not None:
                     last_header, written = last
                     dropped_last = None if written else last_header
@@ -533,6 +538,7 @@ class Cleaner:
 
     def _copy_segment(self, log: Log, segment: LogSegment, out: LogSegment, end: int,
                       now: int, config: LogConfig, result: CleanResult,
+                      producer_last_offsets: dict[int, int],
                       ) -> tuple[RecordBatchHeader, bool] | None:
         """Appends what survives of `segment` to `out`. Returns the segment's last batch
         header and whether anything of that batch was written (None: no batches)."""
@@ -572,6 +578,13 @@ class Cleaner:
                 result.earliest_delete_horizon = horizon if earliest is None else min(
                     earliest, horizon)
             if not kept:
+                if (header.producer_id >= 0
+                        and producer_last_offsets.get(header.producer_id) == header.last_offset):
+                    # Kafka's RETAIN_EMPTY: the producer's last batch keeps its state.
+                    self._append(out, rebuild_batch(header, []), segment)
+                    result.empty_batches_written += 1
+                    last = (header, True)
+                    continue
                 last = (header, False)
                 continue
             if len(kept) == len(records) and not new_horizon:

@@ -53,3 +53,18 @@ class InvalidTimestampError(StorageError):
     message.timestamp.before.max.ms / message.timestamp.after.max.ms allow."""
 
     error_code = ErrorCode.INVALID_TIMESTAMP
+
+
+class OutOfOrderSequenceError(StorageError):
+    """An idempotent producer's batch whose first sequence does not follow the last one the
+    log has for that producer and epoch (a gap, or a retry older than the last 5 batches),
+    or a new epoch that does not start at sequence 0."""
+
+    error_code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(StorageError):
+    """A batch from an older epoch of a producer than the log has seen: a fenced (zombie)
+    producer instance."""
+
+    error_code = ErrorCode.INVALID_PRODUCER_EPOCH

@@ -6,6 +6,13 @@ deletes whole segments; deleted files are renamed `.deleted` and removed after
 file.delete.delay.ms. Opening a log after an unclean shutdown re-validates every segment
 from the recovery point on and cuts the log at the first torn or corrupt batch.
 
+Idempotent producers: each log keeps a ProducerStateManager (producer_state.py). Client
+batches with a producer id are checked against it before anything is written; it is
+snapshotted to `<offset>.snapshot` on roll and close, and loaded on first use (the newest
+snapshot at or below the log end, then batch headers from there on), so that opening a
+log stays a directory listing. After a clean shutdown the newest snapshot is at the log
+end and is trusted as is; after a crash the state is rebuilt during recovery.
+
 Thread safety: appends, rolls and segment changes hold the log's lock; reads take a
 snapshot of the segment list and then read files without it, as appends only ever add
 bytes after what a reader can see.
@@ -16,15 +23,20 @@ from __future__ import annotations
 import bisect
 import os
 import re
+import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from odradek.protocol.exceptions import CorruptRecordError
 from odradek.protocol.records import (
+    CURRENT_MAGIC_VALUE,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    RECORD_BATCH_OVERHEAD,
     Record,
     RecordBatchHeader,
     assign_offsets,
@@ -42,6 +54,13 @@ from odradek.storage.errors import (
     StorageError,
 )
 from odradek.storage.index import NO_TIMESTAMP
+from odradek.storage.producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    BatchMetadata,
+    ProducerAppendInfo,
+    ProducerStateEntry,
+    ProducerStateManager,
+)
 from odradek.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -60,6 +79,8 @@ MAX_TIMESTAMP = -3
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)((?:\.deleted|\.cleaned|\.swap)?)$")
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+_PRODUCER_SCAN_CHUNK = 64 * 1024  # loading producer state reads the log this much at a time
+_LENGTH_MAGIC_PRODUCER = struct.Struct(">8xi4xb26xq")  # batchLength, magic, producerId
 
 
 def system_clock() -> int:
@@ -82,7 +103,10 @@ class LogAppendInfo:
     offset_of_max_timestamp: int
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     log_start_offset: int
-    valid_bytes: int
+    valid_bytes: int  # 0 for a duplicate: nothing was written
+    # A retry of a batch the log has (idempotent producer): nothing was written and the
+    # offsets and timestamp are the original batch's; the broker answers NONE, as Kafka.
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +148,8 @@ class Log:
         log_start_offset: int,
         recovery_point: int,
         clock: Clock,
+        producer_state: ProducerStateManager | None = None,
+        snapshot_at_end: bool = False,
     ) -> None:
         self.directory = directory
         self.topic, self.partition = parse_partition_dir(directory.name)
@@ -141,6 +167,11 @@ class Log:
         self.last_flush_ms = clock()
         # (due time, segment) of segments renamed .deleted, removed after the delay.
         self._pending_deletions: list[tuple[int, LogSegment]] = []
+        self.producer_state = producer_state or ProducerStateManager(directory, self.name)
+        # Opened after a clean shutdown and the state not loaded yet: the newest snapshot was
+        # written at the log end then, and every append since had no producer id (one with
+        # would have loaded the state), so that snapshot is the state at the log end.
+        self._snapshot_at_end = snapshot_at_end
 
     # ---- opening ----------------------------------------------------------------------
 
@@ -154,14 +185,16 @@ class Log:
         recovery_point: int = 0,
         clean_shutdown: bool = True,
         clock: Clock = system_clock,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> Log:
         """Loads (or creates) the log in `directory`; after an unclean shutdown, recovers
         every segment from the one holding the recovery point on."""
         directory.mkdir(parents=True, exist_ok=True)
         _complete_interrupted_operations(directory, config)
+        names = os.listdir(directory)
         bases = sorted(
             int(m.group(1))
-            for name in os.listdir(directory)
+            for name in names
             if (m := _SEGMENT_FILE.match(name)) and m.group(2) == "log" and not m.group(3)
         )
         now = clock()
@@ -174,8 +207,12 @@ class Log:
         ]
         if created:
             segments[0].create()
+        producer_state = ProducerStateManager.from_file_names(
+            directory, directory.name, names, producer_id_expiration_ms=producer_id_expiration_ms)
+        producer_state.remove_stray_snapshots(bases)
         log = cls(directory, config, segments, log_start_offset=log_start_offset,
-                  recovery_point=recovery_point, clock=clock)
+                  recovery_point=recovery_point, clock=clock, producer_state=producer_state,
+                  snapshot_at_end=clean_shutdown)
         if not clean_shutdown:
             log._recover()
         return log
@@ -208,6 +245,11 @@ class Log:
             self.truncate_fully_and_start_at(self.log_start_offset)
         self.recovery_point = self.log_end_offset
         self.flush()
+        # Producer state: snapshots past the recovered end describe lost batches; the rest
+        # is rebuilt now, while recovery has the segments in the page cache.
+        end = self.log_end_offset
+        self.producer_state.delete_snapshots_after(end)
+        self._producers().take_snapshot(end)
 
     # ---- state ------------------------------------------------------------------------
 
@@ -245,11 +287,16 @@ class Log:
         buf = memoryview(records)
         if buf.readonly:
             buf = memoryview(bytearray(buf))
-        batches = self._validate(buf, from_client=True)
+        batches, idempotent = self._validate(buf, from_client=True)
         with self._lock:
             now = self.clock()
             first = offset = self.log_end_offset
             append_time = now if self.config.message_timestamp_type == "LogAppendTime" else -1
+            updates: list[ProducerAppendInfo] = []
+            if idempotent:  # batches without a producer id skip all of this
+                updates, duplicate = self._check_producers(batches, first, append_time)
+                if duplicate is not None:
+                    return self._duplicate_info(duplicate, append_time)
             appends = []
             for pos, header in batches:
                 assign_offsets(buf, pos, offset)
@@ -258,12 +305,34 @@ class Log:
                     set_log_append_time(buf, pos, append_time)
                 max_ts = append_time if append_time >= 0 else header.max_timestamp
                 appends.append(BatchAppend(pos, header.size_in_bytes, offset - 1, max_ts))
-            return self._append(buf, appends, first, now, append_time)
+            info = self._append(buf, appends, first, now, append_time)
+            for update in updates:  # only once the batches are written
+                self.producer_state.update(update)
+            return info
+
+    def _check_producers(self, batches: list[tuple[int, RecordBatchHeader]], first: int,
+                         append_time: int) -> tuple[list[ProducerAppendInfo], BatchMetadata | None]:
+        """Producer epochs and sequences of a client request, at the offsets it will get."""
+        items = []
+        offset = first
+        for _, header in batches:
+            timestamp = append_time if append_time >= 0 else header.max_timestamp
+            items.append((header, offset, timestamp))
+            offset += header.last_offset_delta + 1
+        return self._producers().prepare_appends(items)
+
+    def _duplicate_info(self, duplicate: BatchMetadata, append_time: int) -> LogAppendInfo:
+        return LogAppendInfo(
+            first_offset=duplicate.first_offset, last_offset=duplicate.last_offset,
+            max_timestamp=duplicate.timestamp, offset_of_max_timestamp=duplicate.last_offset,
+            log_append_time=duplicate.timestamp if append_time >= 0 else -1,
+            log_start_offset=self.log_start_offset, valid_bytes=0, duplicate=True,
+        )
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Appends batches whose offsets a leader assigned (replication, recovery tools)."""
         buf = memoryview(records)
-        batches = self._validate(buf, from_client=False)
+        batches, idempotent = self._validate(buf, from_client=False)
         with self._lock:
             first = batches[0][1].base_offset
             if first < self.log_end_offset:
@@ -273,16 +342,27 @@ class Log:
                 )
             appends = [BatchAppend(pos, h.size_in_bytes, h.last_offset, h.max_timestamp)
                        for pos, h in batches]
-            return self._append(buf, appends, first, self.clock(), -1)
+            # Loaded before the append: loading scans up to the log end as it is now.
+            producers = self._producers() if idempotent else None
+            info = self._append(buf, appends, first, self.clock(), -1)
+            if producers is not None:
+                for _, header in batches:  # the leader checked them
+                    producers.replay(header)
+            return info
 
-    def _validate(self, buf: memoryview, from_client: bool) -> list[tuple[int, RecordBatchHeader]]:
+    def _validate(self, buf: memoryview, from_client: bool,
+                  ) -> tuple[list[tuple[int, RecordBatchHeader]], bool]:
+        """The batches, and whether any has a producer id."""
         batches = list(iter_batch_headers(buf))
         if not batches:
             raise CorruptRecordError("the request carries no record batch")
         config = self.config
         now = self.clock()
         previous_last = -1
+        idempotent = False
         for pos, header in batches:
+            if header.producer_id >= 0:
+                idempotent = True
             if header.size_in_bytes > config.max_message_bytes:
                 raise MessageTooLargeError(
                     f"record batch of {header.size_in_bytes} bytes is larger than "
@@ -300,7 +380,7 @@ class Log:
                 f"{len(buf)} bytes of batches cannot fit a segment of "
                 f"segment.bytes={config.segment_bytes}"
             )
-        return batches
+        return batches, idempotent
 
     def _check_timestamp(self, header: RecordBatchHeader, now: int) -> None:
         config = self.config
@@ -365,6 +445,8 @@ class Log:
             segment.create()
             self._segments.append(segment)
             self._bases.append(new_base)
+            # Recovery of the new segment can then start from a snapshot at its base.
+            self._producers().take_snapshot(new_base)
             return segment
 
     def flush(self) -> None:
@@ -484,6 +566,9 @@ class Log:
                 self._pending_deletions.append((now + self.config.file_delete_delay_ms, segment))
             self.log_start_offset = max(self.log_start_offset, self._bases[0])
             self.recovery_point = max(self.recovery_point, self._bases[0])
+            # The producers stay (KIP-360: until producer.id.expiration.ms), their older
+            # snapshots go.
+            self.producer_state.delete_snapshots_before(self._bases[0])
             return [s.base_offset for s in deleted]
 
     def _deletable_prefix(self, now: int) -> int:
@@ -541,6 +626,10 @@ class Log:
             self._log_end_offset = offset
             self.recovery_point = min(self.recovery_point, offset)
             self.log_start_offset = min(self.log_start_offset, offset)
+            # Reloaded on next use from the newest snapshot left and the batches after it.
+            self.producer_state.delete_snapshots_after(offset)
+            self.producer_state.reset(loaded=False)
+            self._snapshot_at_end = False
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         with self._lock:
@@ -553,6 +642,9 @@ class Log:
             self._log_end_offset = offset
             self.log_start_offset = offset
             self.recovery_point = offset
+            self.producer_state.delete_all_snapshots()
+            self.producer_state.reset(loaded=True)  # nothing written yet: no producers
+            self._snapshot_at_end = False
 
     def replace_segments(self, new: LogSegment, old: list[LogSegment],
                          expected_sizes: list[int] | None = None) -> None:
@@ -585,13 +677,87 @@ class Log:
             new.rename_suffix(SWAP_SUFFIX, "")
             self._segments.insert(i, new)
             self._bases.insert(i, new.base_offset)
+            # As Kafka: the snapshots of segments merged into another go with them.
+            self.producer_state.delete_snapshots_at(
+                s.base_offset for s in old if s.base_offset != new.base_offset)
+
+    # ---- producer state ---------------------------------------------------------------
+
+    def _producers(self) -> ProducerStateManager:
+        """The producer state, loaded on first use. Call with the lock held."""
+        state = self.producer_state
+        if not state.loaded:
+            self._load_producer_state()
+        return state
+
+    def _load_producer_state(self) -> None:
+        """Kafka's rebuildProducerState: the newest readable snapshot at or below the log
+        end, then the batch headers from its offset (or the log start) to the end."""
+        state = self.producer_state
+        end = self.log_end_offset
+        state.delete_snapshots_after(end)
+        newest = state.latest_snapshot_offset
+        loaded_at = state.load_latest_snapshot(self.clock())
+        # After a clean shutdown the newest snapshot is the state at the log end, and no
+        # snapshot at all means a log older than producer state, which Kafka's upgrade rule
+        # takes as having no producers rather than scan it all. Otherwise (a crash, a
+        # truncation, a corrupt newest snapshot) the batches after the snapshot are replayed.
+        if not (self._snapshot_at_end and loaded_at == newest):
+            start = max(self.log_start_offset, 0 if loaded_at is None else loaded_at)
+            for header in self._batch_headers_from(start):
+                state.replay(header)
+        state.loaded = True
+        self._snapshot_at_end = False
+
+    def _batch_headers_from(self, start: int) -> Iterator[RecordBatchHeader]:
+        """Headers of the batches with a producer id holding offsets >= start, to the log
+        end; their records are never decoded."""
+        first = max(0, bisect.bisect_right(self._bases, start) - 1)
+        for segment in self._segments[first:]:
+            position = 0
+            if segment.base_offset < start:
+                found = segment.translate_offset(start)
+                if found is None:
+                    continue
+                position = found.position
+            for header in _producer_batch_headers(segment, position):
+                if header.last_offset >= start:
+                    yield header
+
+    def active_producers(self) -> dict[int, ProducerStateEntry]:
+        """The producers the log knows, by producer id (copies): for DescribeProducers,
+        tools and tests."""
+        with self._lock:
+            return {pid: e.copy() for pid, e in self._producers().producers.items()}
+
+    def last_offsets_of_active_producers(self) -> dict[int, int]:
+        """producer id -> offset of its last data batch, for producers that have one: the
+        batches the cleaner keeps (Kafka's lastRecordsOfActiveProducers)."""
+        with self._lock:
+            return {pid: e.last_data_offset for pid, e in self._producers().producers.items()
+                    if e.batches}
+
+    def remove_expired_producers(self, now: int | None = None) -> int:
+        """producer.id.expiration.ms: forgets producers whose last batch is that old.
+        Returns how many. A state not loaded yet is filtered when it is loaded."""
+        with self._lock:
+            if not self.producer_state.loaded:
+                return 0
+            now = self.clock() if now is None else now
+            return self.producer_state.remove_expired_producers(now)
 
     # ---- closing ----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Flushes and closes every segment (indexes trimmed): a clean shutdown's part."""
+        """Flushes and closes every segment (indexes trimmed) and snapshots the producer
+        state at the log end offset: a clean shutdown's part."""
         with self._lock:
             self.flush()
+            end = self.log_end_offset
+            state = self.producer_state
+            # The next clean open trusts the newest snapshot to be at the log end.
+            if state.loaded or state.latest_snapshot_offset != end:
+                self._producers().take_snapshot(end)
             for segment in self._segments:
                 segment.close()
             for _, segment in self._pending_deletions:
@@ -608,6 +774,28 @@ class Log:
             for path in self.directory.iterdir():
                 path.unlink()
             self.directory.rmdir()
+
+
+def _producer_batch_headers(segment: LogSegment, position: int) -> Iterator[RecordBatchHeader]:
+    """Headers of the batches with a producer id, from `position` to the end of the
+    segment, read in chunks. Other batches cost one small unpack (length, magic, producer
+    id) and no object; records are never decoded, and a batch that runs past the chunk is
+    skipped by position, so the next read starts after it."""
+    size = segment.size
+    peek = _LENGTH_MAGIC_PRODUCER.unpack_from
+    while position < size:
+        chunk = segment.pread(position, min(_PRODUCER_SCAN_CHUNK, size - position))
+        end = len(chunk)
+        pos = 0
+        while end - pos >= RECORD_BATCH_OVERHEAD:
+            length, magic, producer_id = peek(chunk, pos)
+            if producer_id >= 0 or magic != CURRENT_MAGIC_VALUE or length < MIN_BATCH_LENGTH:
+                header = RecordBatchHeader.parse(chunk, pos)  # raises for a bad header
+                yield header
+            pos += length + LOG_OVERHEAD
+        if pos == 0:
+            return  # less than a header left: a torn end, which recovery has cut
+        position += pos
 
 
 def _segment(directory: Path, base: int, config: LogConfig, *, active: bool, now: int,

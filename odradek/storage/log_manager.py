@@ -4,7 +4,8 @@ On start-up it loads each `<topic>-<partition>` directory, recovering those that
 left unflushed (no clean-shutdown marker); it then removes the marker, so that a crash
 from here on is noticed. In the background it applies retention and compaction (the
 LogCleaner), flushes logs whose flush.ms has passed, checkpoints recovery points and log
-start offsets, and removes deleted files after file.delete.delay.ms. Shutdown flushes
+start offsets, removes deleted files after file.delete.delay.ms, and forgets idempotent
+producers idle for producer.id.expiration.ms. Shutdown flushes
 and closes every log, writes the checkpoints and the clean-shutdown marker.
 """
 
@@ -51,6 +52,8 @@ class LogManagerConfig:
     file_delete_check_interval_ms: int = 1000
     cleaner_enable: bool = True  # log.cleaner.enable: compaction of compacted topics
     cleaner_threads: int = 1  # log.cleaner.threads
+    producer_id_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
+    producer_id_expiration_check_interval_ms: int = 600_000  # ...expiration.check.interval.ms
 
 
 class LogManager:
@@ -107,6 +110,7 @@ class LogManager:
                 log_start_offset=start_offsets.get(tp, 0),
                 recovery_point=recovery_points.get(tp, 0),
                 clean_shutdown=clean, clock=self.clock,
+                producer_id_expiration_ms=self.config.producer_id_expiration_ms,
             )
             recovered += not clean
             self._logs[tp] = partition_log
@@ -128,6 +132,8 @@ class LogManager:
                            c.log_start_offset_checkpoint_interval_ms)
         scheduler.schedule("delete-files", self.delete_pending_files,
                            c.file_delete_check_interval_ms)
+        scheduler.schedule("producer-expiration", self.remove_expired_producers,
+                           c.producer_id_expiration_check_interval_ms)
         scheduler.start()
         self._scheduler = scheduler
         if c.cleaner_enable:
@@ -175,7 +181,7 @@ class LogManager:
             log_dir = min(self.config.log_dirs, key=lambda d: counts[d])
             partition_log = Log.open(
                 log_dir / f"{topic}-{partition}", config or self.log_config(topic),
-                clock=self.clock,
+                clock=self.clock, producer_id_expiration_ms=self.config.producer_id_expiration_ms,
             )
             self._logs[(topic, partition)] = partition_log
             self._dir_of[(topic, partition)] = log_dir
@@ -219,6 +225,18 @@ class LogManager:
     def delete_pending_files(self) -> int:
         now = self.clock()
         return sum(partition_log.delete_pending_files(now) for partition_log in self.logs())
+
+    def remove_expired_producers(self) -> int:
+        """producer.id.expiration.ms: forgets producers whose last batch is older, in every
+        log (Kafka's PeriodicProducerExpirationCheck). Returns how many."""
+        removed = 0
+        now = self.clock()
+        for partition_log in self.logs():
+            try:
+                removed += partition_log.remove_expired_producers(now)
+            except (OSError, StorageError):
+                log.exception("producer expiration failed for %s", partition_log.name)
+        return removed
 
     def checkpoint_recovery_points(self) -> None:
         self._checkpoint(RECOVERY_POINT_CHECKPOINT, lambda lg: lg.recovery_point)

@@ -1,0 +1,1 @@
+"""The broker: request handlers over the ReplicaManager and the topic metadata."""

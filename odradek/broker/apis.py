@@ -1,0 +1,377 @@
+"""KafkaApis: one handler per API, dispatched by API key (Kafka's KafkaApis).
+
+Handlers turn decoded requests into responses over the ReplicaManager (produce, fetch,
+list offsets), the Controller (topics and partitions) and the AdminManager (configs, log
+dirs, records deletion). Per-partition failures become error codes in the response;
+nothing a client sends makes a handler raise.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from odradek.broker.admin import AdminManager
+from odradek.broker.fetch_session import FetchSessionCache
+from odradek.broker.producer_ids import ProducerIdManager
+from odradek.broker.replica_manager import (
+    CONSUMER_REPLICA_ID,
+    READ_COMMITTED,
+    FetchPartitionRequest,
+    ReplicaManager,
+)
+from odradek.cluster.controller import Controller
+from odradek.cluster.topics import is_internal, validate_topic_name
+from odradek.protocol.api_keys import API_SPECS, ApiKey
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.exceptions import KafkaError
+from odradek.protocol.framing import Request
+from odradek.protocol.message import Message
+from odradek.protocol.messages import (
+    api_versions_response,
+    describe_cluster_response,
+    fetch_response,
+    init_producer_id_response,
+    list_offsets_response,
+    metadata_response,
+    produce_response,
+)
+from odradek.protocol.primitives import ZERO_UUID
+from odradek.server.config import BrokerConfig
+from odradek.server.network import CloseConnection, RequestContext
+from odradek.server.response import FileRecords
+from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
+
+log = logging.getLogger(__name__)
+
+EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405: earliest offset still on local disk
+LATEST_TIERED_TIMESTAMP = -5  # KIP-1005: no tiered storage here, so no such offset
+# Metadata's authorized-operations bitfields (KIP-430) when there is no authorizer:
+# everything is allowed. Bits are Kafka's AclOperation codes.
+_TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+_CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+_NOT_REQUESTED = -(2**31)
+
+
+# Kafka 4.0 removed the deprecated versions (KIP-896), except Produce v3-v6: librdkafka
+# before 2.10 uses record batches (magic 2) only with a broker that accepts Produce v3, so
+# Kafka kept them; with a floor of 7, kcat on Debian (librdkafka 2.0) sends magic 0.
+_FLOOR_OVERRIDES = {ApiKey.PRODUCE: 3}
+
+
+def supported_range(api_key: int) -> tuple[int, int]:
+    """Kafka 4.0's versions of an API: its valid versions above the deprecated ones."""
+    spec = API_SPECS[api_key]
+    low = spec.min_version
+    if spec.deprecated_versions is not None and spec.deprecated_versions[0] <= low:
+        low = spec.deprecated_versions[1] + 1
+    return _FLOOR_OVERRIDES.get(api_key, low), spec.max_version
+
+
+class KafkaApis:
+    def __init__(self, config: BrokerConfig, replica_manager: ReplicaManager,
+                 controller: Controller, admin: AdminManager,
+                 producer_ids: ProducerIdManager) -> None:
+        self.config = config
+        self.replica_manager = replica_manager
+        self.controller = controller
+        self.admin = admin
+        self.producer_ids = producer_ids
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
+        self.advertised: dict[str, tuple[str, int]] = {}  # listener name -> (host, port)
+        handlers: dict[int, Callable[[Request, RequestContext], Any]] = {
+            ApiKey.API_VERSIONS: self.handle_api_versions,
+            ApiKey.METADATA: self.handle_metadata,
+            ApiKey.PRODUCE: self.handle_produce,
+            ApiKey.FETCH: self.handle_fetch,
+            ApiKey.LIST_OFFSETS: self.handle_list_offsets,
+            ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
+            ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
+        }
+        handlers.update(admin.handlers())
+        self._handlers = handlers
+        self._ranges = {key: supported_range(key) for key in handlers}
+        self._api_versions = api_versions_response.ApiVersionsResponse(
+            api_keys=[api_versions_response.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                      for k, (lo, hi) in sorted(self._ranges.items())],
+        )
+
+    # ---- dispatch (the server's RequestHandler) ---------------------------------------
+
+    def supports(self, api_key: int, api_version: int) -> bool:
+        low_high = self._ranges.get(api_key)
+        return low_high is not None and low_high[0] <= api_version <= low_high[1]
+
+    def unsupported_api_versions(self) -> Message:
+        return api_versions_response.ApiVersionsResponse(
+            error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=self._api_versions.api_keys)
+
+    async def handle(self, request: Request, context: RequestContext) -> Message | None:
+        result = self._handlers[request.api.api_key](request, context)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    # ---- ApiVersions, Metadata, DescribeCluster ----------------------------------------
+
+    def handle_api_versions(self, request: Request, context: RequestContext) -> Message:
+        return self._api_versions  # the same every time: built once
+
+    def _endpoint(self, context: RequestContext) -> tuple[str, int]:
+        return self.advertised[context.listener_name]
+
+    def handle_metadata(self, request: Request, context: RequestContext) -> Message:
+        body = request.body
+        version = request.api_version
+        controller = self.controller
+        requested = body.topics
+        if requested is None or (version == 0 and not requested):
+            topics = [self._topic_metadata(t.name) for t in controller.topics.values()]
+        else:
+            allow_create = (body.allow_auto_topic_creation if version >= 4 else True) and (
+                self.config.auto_create_topics_enable)
+            topics = []
+            for wanted in requested:
+                if wanted.name is None:
+                    topic = controller.topics_by_id.get(wanted.topic_id)
+                    topics.append(self._topic_metadata(topic.name) if topic else
+                                  metadata_response.MetadataResponseTopic(
+                                      error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None,
+                                      topic_id=wanted.topic_id))
+                    continue
+                topics.append(self._topic_metadata(wanted.name, allow_create))
+        if body.include_topic_authorized_operations:
+            for t in topics:
+                if t.error_code == ErrorCode.NONE:
+                    t.topic_authorized_operations = _TOPIC_OPERATIONS
+        host, port = self._endpoint(context)
+        return metadata_response.MetadataResponse(
+            brokers=[metadata_response.MetadataResponseBroker(
+                node_id=self.config.node_id, host=host, port=port, rack=self.config.broker_rack)],
+            cluster_id=controller.store.cluster_id,
+            controller_id=self.config.node_id,
+            topics=topics,
+            cluster_authorized_operations=(_CLUSTER_OPERATIONS if version < 11 and
+                                           body.include_cluster_authorized_operations
+                                           else _NOT_REQUESTED),
+        )
+
+    def _topic_metadata(self, name: str, allow_create: bool = False
+                        ) -> metadata_response.MetadataResponseTopic:
+        topic = self.controller.topics.get(name)
+        if topic is None:
+            error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if allow_create and not is_internal(name):
+                topic, error = self._auto_create(name)
+            if topic is None:
+                return metadata_response.MetadataResponseTopic(error_code=error, name=name)
+        partitions = [
+            metadata_response.MetadataResponsePartition(
+                partition_index=p, leader_id=s.leader, leader_epoch=s.leader_epoch,
+                replica_nodes=s.replicas, isr_nodes=s.isr, offline_replicas=[],
+            )
+            for p, s in sorted(topic.partitions.items())
+        ]
+        return metadata_response.MetadataResponseTopic(
+            name=name, topic_id=topic.topic_id, is_internal=is_internal(name),
+            partitions=partitions)
+
+    def _auto_create(self, name: str):  # type: ignore[no-untyped-def]
+        try:
+            validate_topic_name(name)
+            topic = self.controller.create_topic(
+                name, self.config.num_partitions, self.config.default_replication_factor, {})
+        except KafkaError as e:
+            log.info("cannot auto-create topic %r: %s", name, e)
+            return None, int(e.error_code)
+        return topic, ErrorCode.NONE
+
+    def handle_describe_cluster(self, request: Request, context: RequestContext) -> Message:
+        body = request.body
+        if body.endpoint_type not in (0, 1):  # 1: brokers; 2: KRaft controllers
+            return describe_cluster_response.DescribeClusterResponse(
+                error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+                error_message="this cluster has no KRaft controllers to describe",
+                endpoint_type=body.endpoint_type)
+        host, port = self._endpoint(context)
+        return describe_cluster_response.DescribeClusterResponse(
+            endpoint_type=1, cluster_id=self.controller.store.cluster_id,
+            controller_id=self.config.node_id,
+            brokers=[describe_cluster_response.DescribeClusterBroker(
+                broker_id=self.config.node_id, host=host, port=port,
+                rack=self.config.broker_rack)],
+            cluster_authorized_operations=(_CLUSTER_OPERATIONS
+                                           if body.include_cluster_authorized_operations
+                                           else _NOT_REQUESTED),
+        )
+
+    # ---- Produce ----------------------------------------------------------------------
+
+    def handle_produce(self, request: Request, context: RequestContext) -> Message | None:
+        body = request.body
+        acks = body.acks
+        entries: dict[tuple[str, int], Any] = {}
+        errors: dict[tuple[str, int], tuple[int, str | None]] = {}
+        for topic_data in body.topic_data:
+            name = topic_data.name
+            for p in topic_data.partition_data:
+                tp = (name, p.index)
+                if acks not in (-1, 0, 1):
+                    errors[tp] = (ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not 0, 1 or -1")
+                elif is_internal(name):
+                    errors[tp] = (ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                  f"clients cannot write to the internal topic {name}")
+                elif body.transactional_id is not None:
+                    errors[tp] = (ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                                  "transactions are not supported yet")
+                else:
+                    entries[tp] = p.records
+        results = self.replica_manager.append_records(acks, entries)
+        if acks == 0:
+            if errors or any(r.error_code for r in results.values()):
+                # Kafka's answer to a failed acks=0 produce: the producer notices the close.
+                raise CloseConnection("a produce request with acks=0 failed")
+            return None
+        responses: dict[str, list[produce_response.PartitionProduceResponse]] = {}
+        for topic_data in body.topic_data:
+            out = responses.setdefault(topic_data.name, [])
+            for p in topic_data.partition_data:
+                tp = (topic_data.name, p.index)
+                if tp in errors:
+                    code, message = errors[tp]
+                    out.append(produce_response.PartitionProduceResponse(
+                        index=p.index, error_code=code, error_message=message))
+                    continue
+                r = results[tp]
+                out.append(produce_response.PartitionProduceResponse(
+                    index=p.index, error_code=r.error_code, base_offset=r.base_offset,
+                    log_append_time_ms=r.log_append_time_ms,
+                    log_start_offset=r.log_start_offset, error_message=r.error_message))
+        return produce_response.ProduceResponse(responses=[
+            produce_response.TopicProduceResponse(name=n, partition_responses=ps)
+            for n, ps in responses.items()
+        ])
+
+    # ---- Fetch ------------------------------------------------------------------------
+
+    async def handle_fetch(self, request: Request, context: RequestContext) -> Message:
+        body = request.body
+        version = request.api_version
+        by_id = version >= 13
+        topics_by_id = self.controller.topics_by_id
+        replica_id = body.replica_state.replica_id if version >= 15 else body.replica_id
+        requested = []
+        for t in body.topics:
+            name = t.topic
+            if by_id:
+                topic = topics_by_id.get(t.topic_id)
+                name = topic.name if topic is not None else ""
+            for p in t.partitions:
+                requested.append(((name, p.partition), t.topic_id,
+                                  FetchPartitionRequest(p.fetch_offset, p.partition_max_bytes,
+                                                        p.current_leader_epoch)))
+        forgotten = []
+        for f in body.forgotten_topics_data:
+            name = f.topic
+            if by_id:
+                topic = topics_by_id.get(f.topic_id)
+                name = topic.name if topic is not None else ""
+            forgotten.extend((name, p) for p in f.partitions)
+        if version >= 7:
+            context_ = self.fetch_sessions.new_context(body.session_id, body.session_epoch,
+                                                       requested, forgotten)
+        else:
+            context_ = self.fetch_sessions.new_context(0, -1, requested, [])
+        if context_.error_code:
+            return fetch_response.FetchResponse(error_code=context_.error_code, session_id=0)
+        reads = [(tp, cached.request) for tp, cached in context_.partitions]
+        results = await self.replica_manager.fetch_messages(
+            replica_id=replica_id, max_wait_ms=body.max_wait_ms, min_bytes=body.min_bytes,
+            max_bytes=min(body.max_bytes, self.config.fetch_max_bytes),
+            isolation_level=body.isolation_level, requests=reads,
+        )
+        aborted = [] if body.isolation_level == READ_COMMITTED else None
+        responses: list[fetch_response.FetchableTopicResponse] = []
+        for (name, index), topic_id, r in context_.response_partitions(results):
+            error = r.error_code
+            if by_id and not name:
+                error = ErrorCode.UNKNOWN_TOPIC_ID
+            data = fetch_response.PartitionData(
+                partition_index=index, error_code=error, high_watermark=r.high_watermark,
+                last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
+                aborted_transactions=aborted,
+                records=FileRecords(r.slices) if r.slices else b"",
+            )
+            last = responses[-1] if responses else None
+            if last is not None and last.topic == name and last.topic_id == topic_id:
+                last.partitions.append(data)
+            else:
+                responses.append(fetch_response.FetchableTopicResponse(
+                    topic=name, topic_id=topic_id if by_id else ZERO_UUID, partitions=[data]))
+        return fetch_response.FetchResponse(session_id=context_.session_id, responses=responses)
+
+    # ---- ListOffsets ------------------------------------------------------------------
+
+    def handle_list_offsets(self, request: Request, context: RequestContext) -> Message:
+        body = request.body
+        consumer = body.replica_id == CONSUMER_REPLICA_ID
+        topics = []
+        for t in body.topics:
+            partitions = [self._list_offset(t.name, p, consumer, body.isolation_level,
+                                            request.api_version) for p in t.partitions]
+            topics.append(list_offsets_response.ListOffsetsTopicResponse(
+                name=t.name, partitions=partitions))
+        return list_offsets_response.ListOffsetsResponse(topics=topics)
+
+    def _list_offset(self, topic: str, p: Any, consumer: bool, isolation_level: int,
+                     version: int) -> list_offsets_response.ListOffsetsPartitionResponse:
+        response = list_offsets_response.ListOffsetsPartitionResponse(
+            partition_index=p.partition_index, timestamp=-1, offset=-1)
+        partition = self.replica_manager.get_partition((topic, p.partition_index))
+        if partition is None:
+            response.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return response
+        error = partition.check_leader_epoch(p.current_leader_epoch)
+        if error:
+            response.error_code = error
+            return response
+        if version >= 4:  # a field older versions lack must keep its default
+            response.leader_epoch = partition.leader_epoch
+        ts = p.timestamp
+        # Consumers see up to the high watermark (read_uncommitted) or the last stable
+        # offset (read_committed); followers and tools up to the log end.
+        if consumer:
+            end = (partition.last_stable_offset if isolation_level == READ_COMMITTED
+                   else partition.high_watermark)
+        else:
+            end = partition.log.log_end_offset
+        if ts == LATEST_TIMESTAMP:
+            response.offset = end
+        elif ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            response.offset = partition.log.log_start_offset
+        elif ts == LATEST_TIERED_TIMESTAMP:
+            pass  # no tiered storage: -1, as Kafka answers without remote storage
+        elif ts < 0 and ts != MAX_TIMESTAMP:
+            response.error_code = ErrorCode.INVALID_REQUEST
+        else:
+            found = partition.log.fetch_offset_by_timestamp(ts)
+            if found is not None and found.offset < end:
+                response.timestamp = found.timestamp
+                response.offset = found.offset
+        return response
+
+    # ---- InitProducerId ----------------------------------------------------------------
+
+    def handle_init_producer_id(self, request: Request, context: RequestContext) -> Message:
+        body = request.body
+        if body.transactional_id is not None:
+            return init_producer_id_response.InitProducerIdResponse(
+                error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, producer_id=-1,
+                producer_epoch=-1)
+        # An idempotent producer (no transactional id) gets a fresh producer id each time,
+        # also when it asks to bump its epoch (KIP-360): Kafka does the same.
+        return init_producer_id_response.InitProducerIdResponse(
+            producer_id=self.producer_ids.generate(), producer_epoch=0)
+

@@ -1,0 +1,89 @@
+"""Partition: one partition's replica on this broker, its log and its high watermark.
+
+On a single node the leader is the whole in-sync replica set, so the high watermark
+follows the log end offset; replication (issue 7) will track followers' log end offsets
+here and move the high watermark to the smallest one in the ISR.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from uuid import UUID
+
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.exceptions import KafkaError
+from odradek.storage.log import FetchDataInfo, Log, LogAppendInfo
+
+
+class NotEnoughReplicasError(KafkaError):
+    error_code = ErrorCode.NOT_ENOUGH_REPLICAS
+
+
+@dataclass(slots=True)
+class LogReadResult:
+    info: FetchDataInfo
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class Partition:
+    def __init__(self, topic: str, index: int, topic_id: UUID, log: Log, *, node_id: int,
+                 leader_epoch: int, replicas: list[int], isr: list[int]) -> None:
+        self.topic = topic
+        self.index = index
+        self.topic_id = topic_id
+        self.log = log
+        self.node_id = node_id
+        self.leader_epoch = leader_epoch
+        self.replicas = replicas
+        self.isr = isr
+        self.high_watermark = log.log_end_offset
+
+    def __repr__(self) -> str:
+        return f"Partition({self.topic}-{self.index})"
+
+    @property
+    def is_leader(self) -> bool:
+        return self.node_id in self.isr
+
+    @property
+    def last_stable_offset(self) -> int:
+        # Without open transactions the last stable offset is the high watermark.
+        return self.high_watermark
+
+    def append_records_to_leader(self, records: bytearray | memoryview,
+                                 required_acks: int) -> LogAppendInfo:
+        min_isr = self.log.config.min_insync_replicas
+        if required_acks == -1 and len(self.isr) < min_isr:
+            raise NotEnoughReplicasError(
+                f"{self.topic}-{self.index} has {len(self.isr)} in-sync replicas, fewer than "
+                f"min.insync.replicas={min_isr}"
+            )
+        info = self.log.append_as_leader(records)
+        self._maybe_increment_high_watermark()
+        return info
+
+    def _maybe_increment_high_watermark(self) -> None:
+        # The ISR is this broker alone until replication lands.
+        self.high_watermark = self.log.log_end_offset
+
+    def read(self, offset: int, max_bytes: int, *, up_to_committed: bool,
+             min_one_message: bool) -> LogReadResult:
+        """Reads from `offset`; consumers see nothing at or above the high watermark."""
+        hw = self.high_watermark
+        info = self.log.read(offset, max_bytes, hw if up_to_committed else None, min_one_message)
+        return LogReadResult(info, hw, self.log.log_start_offset, self.log.log_end_offset)
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> int:
+        """The error for a request that names a leader epoch (-1: no check), KIP-320."""
+        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
+            return ErrorCode.NONE
+        if current_leader_epoch > self.leader_epoch:
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
+        return ErrorCode.FENCED_LEADER_EPOCH
+
+    def truncate_high_watermark_on_log_change(self) -> None:
+        """After DeleteRecords or retention moved the log start past it, or truncation."""
+        self.high_watermark = min(max(self.high_watermark, self.log.log_start_offset),
+                                  self.log.log_end_offset)

@@ -1,0 +1,203 @@
+"""The controller: topic creation and deletion, partition assignment and leadership.
+
+On a single node (the embedded store) the controller lives in the broker and every
+partition's replica set, leader and ISR is this broker. With ZooKeeper (issue 7) a
+controller is elected among the brokers and tells the others which replicas to lead or
+follow; this class keeps that shape: it changes the store, then tells the local broker
+(a `PartitionListener`) what it now leads.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import Protocol
+
+from odradek.cluster.metadata import MetadataStore, PartitionState, TopicMetadata
+from odradek.cluster.topics import (
+    InvalidTopicError,
+    TopicExistsError,
+    collision_key,
+    is_internal,
+    validate_topic_name,
+)
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.exceptions import KafkaError
+
+log = logging.getLogger(__name__)
+
+MAX_PARTITIONS = 2**31 - 1
+
+
+class InvalidPartitionsError(KafkaError):
+    error_code = ErrorCode.INVALID_PARTITIONS
+
+
+class InvalidReplicationFactorError(KafkaError):
+    error_code = ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+class UnknownTopicError(KafkaError):
+    error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+class InvalidRequestError(KafkaError):
+    error_code = ErrorCode.INVALID_REQUEST
+
+
+class PartitionListener(Protocol):
+    def become_leader(self, topic: TopicMetadata, partitions: list[int]) -> None: ...
+
+    def remove_partitions(self, topic: TopicMetadata) -> None: ...
+
+    def topic_config_changed(self, topic: TopicMetadata) -> None: ...
+
+
+class Controller:
+    def __init__(self, node_id: int, store: MetadataStore) -> None:
+        self.node_id = node_id
+        self.store = store
+        self.topics: dict[str, TopicMetadata] = store.topics()
+        self.topics_by_id = {t.topic_id: t for t in self.topics.values()}
+        self.listener: PartitionListener | None = None
+
+    @property
+    def live_brokers(self) -> list[int]:
+        return [self.node_id]
+
+    def startup(self, listener: PartitionListener) -> None:
+        """Hands every partition to the local broker, as after a controller election."""
+        self.listener = listener
+        for topic in self.topics.values():
+            listener.become_leader(topic, sorted(topic.partitions))
+
+    # ---- checks (also used for validate_only requests) --------------------------------
+
+    def check_new_topic(self, name: str, partitions: int, replication_factor: int,
+                        assignments: Mapping[int, list[int]] | None = None) -> None:
+        validate_topic_name(name)
+        if name in self.topics:
+            raise TopicExistsError(f"topic {name!r} already exists")
+        key = collision_key(name)
+        clash = next((t for t in self.topics if collision_key(t) == key), None)
+        if clash is not None:
+            raise InvalidTopicError(f"topic {name!r} collides with existing topic {clash!r}: "
+                                 "'.' and '_' may not tell topics apart")
+        if assignments:
+            self._check_assignments(assignments, range(len(assignments)))
+            return
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise InvalidPartitionsError(f"number of partitions must be at least 1, "
+                                         f"not {partitions}")
+        self.check_replication_factor(replication_factor)
+
+    def check_replication_factor(self, replication_factor: int) -> None:
+        if replication_factor < 1 or replication_factor > 32767:
+            raise InvalidReplicationFactorError(
+                f"replication factor must be at least 1, not {replication_factor}")
+        if replication_factor > len(self.live_brokers):
+            raise InvalidReplicationFactorError(
+                f"replication factor {replication_factor} is larger than the number of "
+                f"available brokers ({len(self.live_brokers)})")
+
+    def _check_assignments(self, assignments: Mapping[int, list[int]],
+                           expected: range) -> None:
+        if sorted(assignments) != list(expected):
+            raise InvalidRequestError(
+                f"replica assignments must be given for partitions {expected.start} to "
+                f"{expected.stop - 1}, in order")
+        sizes = {len(r) for r in assignments.values()}
+        if len(sizes) != 1:
+            raise InvalidReplicationFactorError("all partitions must have the same number "
+                                                "of replicas")
+        for p, replicas in assignments.items():
+            if len(set(replicas)) != len(replicas):
+                raise InvalidRequestError(f"partition {p} lists a replica twice: {replicas}")
+            unknown = [r for r in replicas if r not in self.live_brokers]
+            if unknown:
+                raise InvalidRequestError(f"partition {p} names unknown brokers {unknown}")
+
+    # ---- changes ----------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int,
+                     configs: Mapping[str, str],
+                     assignments: Mapping[int, list[int]] | None = None) -> TopicMetadata:
+        """Creates the topic; the configs must have been validated by the caller."""
+        self.check_new_topic(name, partitions, replication_factor, assignments)
+        if not assignments:
+            assignments = self._assign(range(partitions), replication_factor)
+        topic = TopicMetadata(
+            name, uuid.uuid4(),
+            {p: PartitionState(list(r), r[0], 0, list(r)) for p, r in assignments.items()},
+            dict(configs),
+        )
+        self.store.create_topic(topic)
+        self.topics[name] = topic
+        self.topics_by_id[topic.topic_id] = topic
+        log.info("created topic %s with %d partitions (id %s)", name, len(assignments),
+                 topic.topic_id)
+        if self.listener is not None:
+            self.listener.become_leader(topic, sorted(topic.partitions))
+        return topic
+
+    def _assign(self, partitions: range, replication_factor: int) -> dict[int, list[int]]:
+        brokers = self.live_brokers
+        return {p: [brokers[(p + i) % len(brokers)] for i in range(replication_factor)]
+                for p in partitions}
+
+    def delete_topic(self, name: str) -> TopicMetadata:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise UnknownTopicError(f"topic {name!r} does not exist")
+        self.store.delete_topic(name)
+        del self.topics[name]
+        self.topics_by_id.pop(topic.topic_id, None)
+        log.info("deleted topic %s", name)
+        if self.listener is not None:
+            self.listener.remove_partitions(topic)
+        return topic
+
+    def create_partitions(self, name: str, count: int,
+                          assignments: list[list[int]] | None = None,
+                          validate_only: bool = False) -> None:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise UnknownTopicError(f"topic {name!r} does not exist")
+        current = len(topic.partitions)
+        if count <= current:
+            raise InvalidPartitionsError(
+                f"topic {name!r} has {current} partitions; the new count must be larger, "
+                f"not {count}")
+        if count > MAX_PARTITIONS:
+            raise InvalidPartitionsError(f"{count} partitions are too many")
+        new = range(current, count)
+        rf = len(next(iter(topic.partitions.values())).replicas)
+        if assignments is not None:
+            if len(assignments) != len(new):
+                raise InvalidRequestError(
+                    f"{len(assignments)} assignments given for {len(new)} new partitions")
+            given = dict(zip(new, assignments, strict=True))
+            self._check_assignments(given, new)
+        else:
+            given = self._assign(new, rf)
+        if validate_only:
+            return
+        for p, replicas in given.items():
+            topic.partitions[p] = PartitionState(list(replicas), replicas[0], 0, list(replicas))
+        self.store.update_topic(topic)
+        log.info("topic %s now has %d partitions", name, count)
+        if self.listener is not None:
+            self.listener.become_leader(topic, list(new))
+
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        """Replaces the topic's overrides; the caller validated them."""
+        topic = self.topics[name]
+        topic.configs = dict(configs)
+        self.store.update_topic(topic)
+        if self.listener is not None:
+            self.listener.topic_config_changed(topic)
+
+    def is_internal(self, name: str) -> bool:
+        return is_internal(name)
+

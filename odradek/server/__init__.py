@@ -1,0 +1,1 @@
+"""The network layer: listeners, connections, framing and request dispatch."""

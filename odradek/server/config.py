@@ -1,0 +1,1000 @@
+"""The broker's settings: Kafka's names, types, defaults and validation, from one table.
+
+`BROKER_CONFIGS` is the single source of truth, as `TOPIC_CONFIGS` is for topics: each
+entry gives a broker setting's Kafka name, type, default (Kafka 4.0's unless said
+otherwise), allowed values, documentation, whether it can be updated dynamically, and the
+lower-precedence synonyms it falls back to. The settings that supply topic defaults
+(log.segment.bytes, log.retention.hours, message.max.bytes, ...) are not typed here: they
+are derived from `TOPIC_CONFIGS`, and the default `LogConfig` comes from
+`LogConfig.from_broker_properties`.
+
+A `BrokerConfig` has three layers of explicit settings, highest precedence first: dynamic
+per-broker overrides, dynamic cluster-wide defaults, and the static properties the broker
+started with (server.properties); below them are the defaults of the table. Within a
+group of synonyms the finer one wins whatever its layer (log.retention.ms over .minutes
+over .hours), as in Kafka, where only the finest of a group can be set dynamically.
+`describe` lists settings as DescribeConfigs does, with their sources and synonyms.
+
+docs/configuration.md carries the table generated from `BROKER_CONFIGS`
+(`python -m odradek.server.config` rewrites it; a test keeps it in step).
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from enum import IntEnum
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+from odradek.storage.config import (
+    INT_MAX,
+    MS_PER_HOUR,
+    MS_PER_MINUTE,
+    TOPIC_CONFIGS,
+    ConfigKey,
+    ConfigType,
+    LogConfig,
+    OneOf,
+    Range,
+    Validator,
+    format_value,
+    parse_value,
+)
+from odradek.storage.errors import InvalidConfigError
+from odradek.storage.log_manager import LogManagerConfig
+
+__all__ = [
+    "BROKER_CONFIGS",
+    "KRAFT_ONLY_CONFIGS",
+    "BrokerConfig",
+    "BrokerKey",
+    "ConfigEntry",
+    "ConfigSource",
+    "ConfigSynonym",
+    "Listener",
+    "configuration_table",
+    "load_properties",
+    "parse_properties",
+]
+
+
+class ConfigSource(IntEnum):
+    """Where a value comes from: DescribeConfigs' ConfigSource codes."""
+
+    UNKNOWN = 0
+    TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+
+SHORT_CONFIG_TYPE = 4  # DescribeConfigs' ConfigType code for SHORT, which ConfigType lacks
+SHORT_MAX = 2**15 - 1
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SERVED_PROTOCOLS = ("PLAINTEXT",)  # TLS and SASL come with the security issue
+DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
+
+# LONG_MAX (Kafka's "never" for log.flush.scheduler.interval.ms) overflows threading's
+# timeouts; 24 days between checks is as good as never.
+_MAX_SCHEDULER_PERIOD_MS = INT_MAX
+
+# ---- the table ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerKey:
+    """One broker setting: its Kafka name, type, default, allowed values and synonyms."""
+
+    name: str
+    type: ConfigType
+    default: Any  # typed, as parse_value returns it; None: no default
+    doc: str
+    validator: Validator | None = None
+    group: str = ""  # the heading it is listed under in docs/configuration.md
+    dynamic: bool = False  # can be updated with AlterConfigs (Kafka's DynamicBrokerConfig)
+    fallbacks: tuple[str, ...] = ()  # lower-precedence synonyms, highest first
+    scale: int = 1  # its unit relative to its synonyms' (ms = 1, hours = 3600000)
+    no_effect: bool = False  # accepted for compatibility with Kafka's files, ignored
+    sensitive: bool = False  # never listed with its value
+    wire_type: int | None = None  # DescribeConfigs type code when ConfigType has none
+    topic: ConfigKey | None = None  # the topic config whose default this setting supplies
+
+    @property
+    def config_type(self) -> int:
+        """The DescribeConfigs ConfigType code."""
+        return self.wire_type if self.wire_type is not None else int(self.type)
+
+    def coerce(self, raw: Any) -> Any:
+        """Parse `raw` (a string as in server.properties) and validate it.
+
+        Raises InvalidConfigError naming this setting and what it allows.
+        """
+        if self.topic is not None:
+            # The topic config's own checks, in its unit (e.g. log.roll.hours as segment.ms).
+            LogConfig.from_broker_properties({self.name: raw})
+        try:
+            value = parse_value(self.type, raw)
+        except ValueError as e:
+            raise _invalid(self.name, raw, str(e)) from None
+        if self.validator is not None and not self.validator(value):
+            raise _invalid(self.name, raw, str(self.validator))
+        return value
+
+    def format(self, value: Any) -> str:
+        return format_value(self.type, value)
+
+
+def _invalid(key: str, raw: Any, reason: str) -> InvalidConfigError:
+    return InvalidConfigError(f"{key}={raw} is invalid: {reason}", key=key)
+
+
+_T = ConfigType
+_SHORT = Range(1, SHORT_MAX, text=f"must be between 1 and {SHORT_MAX} (a 16-bit count)")
+_UNITS = {1: "milliseconds", MS_PER_MINUTE: "minutes", MS_PER_HOUR: "hours"}
+
+# Notes on derived settings that the topic config's doc cannot give.
+_TOPIC_DEFAULT_NOTES = {
+    "log.flush.scheduler.interval.ms": (
+        "Also how often the log manager checks flush.ms. Kafka's default means never; "
+        "Odradek's log manager checks every second unless this is set."
+    ),
+    "message.max.bytes": "Requests are limited by socket.request.max.bytes as well.",
+}
+
+
+def _topic_default_keys() -> list[BrokerKey]:
+    """The broker settings that supply topic defaults, derived from TOPIC_CONFIGS.
+
+    As in Kafka, only the last synonym of a group has a default (log.retention.hours=168,
+    not log.retention.ms), and only the first can be updated dynamically.
+    """
+    keys = []
+    for topic in TOPIC_CONFIGS.values():
+        chain = topic.synonyms
+        for i, synonym in enumerate(chain):
+            scaled = synonym.scale != 1
+            default = None
+            if i == len(chain) - 1:
+                default = topic.default // synonym.scale if scaled else topic.default
+                if scaled and topic.default % synonym.scale:
+                    raise RuntimeError(f"{topic.name}'s default is not whole {synonym.name}")
+            unit = f", in {_UNITS[synonym.scale]}" if scaled else ""
+            doc = f"Default of the topic config {topic.name}{unit}: {topic.doc}"
+            lower = [s.name for s in chain[i + 1 :]]
+            if lower:
+                doc += " When unset, " + ", then ".join(lower) + " applies."
+            if synonym.name in _TOPIC_DEFAULT_NOTES:
+                doc += " " + _TOPIC_DEFAULT_NOTES[synonym.name]
+            keys.append(
+                BrokerKey(
+                    synonym.name,
+                    _T.INT if scaled else topic.type,  # a scaled setting is an int in Kafka
+                    default,
+                    doc,
+                    group="Topic defaults",
+                    dynamic=i == 0,
+                    fallbacks=tuple(lower),
+                    scale=synonym.scale,
+                    topic=topic,
+                )
+            )
+    return keys
+
+
+def _in(group: str, *keys: BrokerKey) -> list[BrokerKey]:
+    return [replace(key, group=group) for key in keys]
+
+
+_K = BrokerKey
+_NOT_ZERO = "must be >= 1 (Kafka also takes 0: checkpoint once)"
+
+_HAND_KEYS: list[BrokerKey] = [
+    *_in(
+        "Server",
+        _K("node.id", _T.INT, 1,
+           "This broker's id, unique in the cluster. Kafka 4.0 has no default (KRaft needs "
+           "one set); Odradek's embedded single node is 1.", Range(0),
+           fallbacks=("broker.id",)),
+        _K("broker.id", _T.INT, None,
+           "The older name of node.id; when both are set they must be equal.", Range(0)),
+        _K("log.dirs", _T.STRING, None,
+           "Comma-separated directories where partition logs are stored. When unset, log.dir "
+           "applies.", fallbacks=("log.dir",)),
+        _K("log.dir", _T.STRING, "./odradek-data",
+           "The log directory when log.dirs is unset (Kafka's default: /tmp/kafka-logs)."),
+        _K("num.partitions", _T.INT, 1,
+           "The number of partitions of a topic created without one (auto-creation, or "
+           "CreateTopics with -1).", Range(1)),
+        _K("default.replication.factor", _T.INT, 1,
+           "The replication factor of a topic created without one.", Range(1)),
+        _K("auto.create.topics.enable", _T.BOOLEAN, True,
+           "Create a topic when a client asks for its metadata or produces to it."),
+        _K("delete.topic.enable", _T.BOOLEAN, True,
+           "Let DeleteTopics delete topics; when false it answers TOPIC_DELETION_DISABLED."),
+    ),
+    *_in(
+        "Network",
+        _K("listeners", _T.STRING, "PLAINTEXT://localhost:9092",
+           "Comma-separated NAME://host:port addresses to listen on; an empty host means "
+           "every interface, port 0 a free port. Only PLAINTEXT listeners are served for now. "
+           "Kafka's default is PLAINTEXT://:9092; Odradek listens on localhost unless told "
+           "otherwise."),
+        _K("advertised.listeners", _T.STRING, None,
+           "The NAME://host:port addresses given to clients, at most one per listener, each "
+           "naming a listener; 0.0.0.0 cannot be advertised. When unset, listeners applies.",
+           fallbacks=("listeners",)),
+        _K("listener.security.protocol.map", _T.STRING, DEFAULT_PROTOCOL_MAP,
+           "Comma-separated NAME:PROTOCOL pairs giving each listener's security protocol "
+           "(PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)."),
+        _K("inter.broker.listener.name", _T.STRING, None,
+           "The listener other brokers connect to; it must be advertised. When unset: "
+           "PLAINTEXT if advertised, else the first advertised listener."),
+        _K("socket.request.max.bytes", _T.INT, 100 * 1024 * 1024,
+           "The largest request accepted; a larger size prefix closes the connection.",
+           Range(1)),
+        _K("connections.max.idle.ms", _T.LONG, 600_000,
+           "Close connections idle for longer than this.", Range(1)),
+        _K("queued.max.requests", _T.INT, 500,
+           "How many requests may wait for a handler before the network layer stops "
+           "reading.", Range(1)),
+        _K("fetch.max.bytes", _T.INT, 55 * 1024 * 1024,
+           "The most a Fetch response returns, whatever the request asks.", Range(1024)),
+        _K("max.incremental.fetch.session.cache.slots", _T.INT, 1000,
+           "How many incremental fetch sessions (KIP-227) the broker keeps.", Range(0)),
+    ),
+    *_in(
+        "Log manager",
+        _K("log.retention.check.interval.ms", _T.LONG, 5 * MS_PER_MINUTE,
+           "How often retention (time and size) is applied.", Range(1)),
+        _K("log.flush.offset.checkpoint.interval.ms", _T.INT, 60_000,
+           "How often the recovery points are checkpointed.",
+           Range(1, text=_NOT_ZERO)),
+        _K("log.flush.start.offset.checkpoint.interval.ms", _T.INT, 60_000,
+           "How often the log start offsets are checkpointed.",
+           Range(1, text=_NOT_ZERO)),
+        _K("log.cleaner.enable", _T.BOOLEAN, True,
+           "Run the log cleaner, which compacts topics with cleanup.policy=compact."),
+        _K("log.cleaner.threads", _T.INT, 1, "The number of log cleaner threads.",
+           Range(1, text="must be >= 1 (Kafka also takes 0)"), dynamic=True),
+        _K("producer.id.expiration.ms", _T.INT, 24 * MS_PER_HOUR,
+           "Forget an idempotent producer's state this long after its last write.", Range(1),
+           dynamic=True),
+        _K("producer.id.expiration.check.interval.ms", _T.INT, 10 * MS_PER_MINUTE,
+           "How often expired producer ids are removed.", Range(1)),
+    ),
+    *_in(
+        "Group coordinator",
+        _K("offsets.topic.num.partitions", _T.INT, 50,
+           "The number of partitions of __consumer_offsets (fixed once the topic exists).",
+           Range(1)),
+        _K("offsets.topic.replication.factor", _T.INT, 3,
+           "The replication factor of __consumer_offsets, capped to the live brokers when "
+           "the topic is created.", _SHORT, wire_type=SHORT_CONFIG_TYPE),
+        _K("offsets.topic.segment.bytes", _T.INT, 100 * 1024 * 1024,
+           "segment.bytes of __consumer_offsets.", Range(1)),
+        _K("offsets.retention.minutes", _T.INT, 7 * 24 * 60,
+           "Delete a group's committed offsets this long after it became empty.", Range(1)),
+        _K("offsets.retention.check.interval.ms", _T.LONG, 10 * MS_PER_MINUTE,
+           "How often expired offsets are looked for.", Range(1)),
+        _K("offsets.commit.timeout.ms", _T.INT, 5000,
+           "How long an offset commit waits for its write to be replicated.", Range(1)),
+        _K("offsets.load.buffer.size", _T.INT, 5 * 1024 * 1024,
+           "How many bytes are read at a time when loading groups from __consumer_offsets.",
+           Range(1)),
+        _K("group.initial.rebalance.delay.ms", _T.INT, 3000,
+           "How long a new group waits for more members before its first rebalance.",
+           Range(0)),
+        _K("group.min.session.timeout.ms", _T.INT, 6000,
+           "The shortest session timeout a member may ask for.", Range(0)),
+        _K("group.max.session.timeout.ms", _T.INT, 30 * MS_PER_MINUTE,
+           "The longest session timeout a member may ask for.", Range(0)),
+        _K("group.max.size", _T.INT, INT_MAX,
+           "The most members a consumer group may have.", Range(1)),
+    ),
+    *_in(
+        "Transactions",
+        _K("transaction.state.log.num.partitions", _T.INT, 50,
+           "The number of partitions of __transaction_state (fixed once the topic exists).",
+           Range(1)),
+        _K("transaction.state.log.replication.factor", _T.INT, 3,
+           "The replication factor of __transaction_state, capped to the live brokers when "
+           "the topic is created.", _SHORT, wire_type=SHORT_CONFIG_TYPE),
+        _K("transaction.state.log.min.isr", _T.INT, 2,
+           "min.insync.replicas of __transaction_state.", Range(1)),
+        _K("transaction.state.log.segment.bytes", _T.INT, 100 * 1024 * 1024,
+           "segment.bytes of __transaction_state.", Range(1)),
+        _K("transactional.id.expiration.ms", _T.INT, 7 * 24 * MS_PER_HOUR,
+           "Forget a transactional id this long after its last transaction.", Range(1)),
+        _K("transaction.max.timeout.ms", _T.INT, 15 * MS_PER_MINUTE,
+           "The longest transaction timeout a producer may ask for.", Range(1)),
+    ),
+    *_in(
+        "Cluster",
+        _K("zookeeper.connect", _T.STRING, None,
+           "host:port[,host:port...][/chroot] of a ZooKeeper ensemble. When unset, the "
+           "broker keeps its cluster metadata in its embedded single-node store."),
+        _K("zookeeper.session.timeout.ms", _T.INT, 18_000, "The ZooKeeper session timeout.",
+           Range(1)),
+        _K("zookeeper.connection.timeout.ms", _T.INT, None,
+           "How long to wait for a ZooKeeper connection. When unset, "
+           "zookeeper.session.timeout.ms applies.", Range(1),
+           fallbacks=("zookeeper.session.timeout.ms",)),
+        _K("broker.rack", _T.STRING, None,
+           "This broker's rack or zone, for rack-aware replica placement."),
+        _K("replica.lag.time.max.ms", _T.LONG, 30_000,
+           "A follower that has not caught up for this long leaves the ISR.", Range(1)),
+        _K("replica.fetch.max.bytes", _T.INT, 1024 * 1024,
+           "How many bytes a follower asks for per partition.", Range(0)),
+        _K("replica.fetch.wait.max.ms", _T.INT, 500,
+           "How long a follower's fetch waits for data; at most replica.lag.time.max.ms.",
+           Range(0)),
+        _K("num.replica.fetchers", _T.INT, 1,
+           "The number of follower fetcher threads per source broker.", Range(1),
+           dynamic=True),
+        _K("controlled.shutdown.enable", _T.BOOLEAN, True,
+           "Move leadership away before shutting down."),
+        _K("auto.leader.rebalance.enable", _T.BOOLEAN, True,
+           "Move leadership back to preferred replicas in the background."),
+        _K("leader.imbalance.check.interval.seconds", _T.LONG, 300,
+           "How often leader imbalance is checked.", Range(1)),
+        _K("leader.imbalance.per.broker.percentage", _T.INT, 10,
+           "The share of non-preferred leaders per broker that triggers a rebalance.",
+           Range(0, 100)),
+    ),
+    # What Kafka's sample server.properties files set, so that they load unchanged.
+    *_in(
+        "Accepted, no effect",
+        _K("num.network.threads", _T.INT, 3,
+           "Kafka's network thread count; Odradek's network layer is asyncio.", Range(1),
+           dynamic=True, no_effect=True),
+        _K("num.io.threads", _T.INT, 8, "Kafka's request handler thread count.", Range(1),
+           dynamic=True, no_effect=True),
+        _K("socket.send.buffer.bytes", _T.INT, 100 * 1024,
+           "SO_SNDBUF of server sockets; -1: the OS default.", no_effect=True),
+        _K("socket.receive.buffer.bytes", _T.INT, 100 * 1024,
+           "SO_RCVBUF of server sockets; -1: the OS default.", no_effect=True),
+        _K("num.recovery.threads.per.data.dir", _T.INT, 1,
+           "Kafka's log recovery threads per log directory.", Range(1), dynamic=True,
+           no_effect=True),
+        _K("share.coordinator.state.topic.replication.factor", _T.INT, 3,
+           "The replication factor of Kafka's share-group state topic.", _SHORT,
+           wire_type=SHORT_CONFIG_TYPE, no_effect=True),
+        _K("share.coordinator.state.topic.min.isr", _T.INT, 2,
+           "min.insync.replicas of Kafka's share-group state topic.", _SHORT,
+           wire_type=SHORT_CONFIG_TYPE, no_effect=True),
+    ),
+]
+
+
+def _build_table() -> Mapping[str, BrokerKey]:
+    derived = _topic_default_keys()
+    table: dict[str, BrokerKey] = {}
+    # In the docs' order: server and network settings, the topic defaults, the rest.
+    order = [k for k in _HAND_KEYS if k.group in ("Server", "Network")]
+    order += derived
+    order += [k for k in _HAND_KEYS if k.group not in ("Server", "Network")]
+    for key in order:
+        if key.name in table:  # e.g. message.max.bytes typed by hand: it is TOPIC_CONFIGS'
+            raise RuntimeError(f"broker config {key.name} is defined twice")
+        table[key.name] = key
+    for key in table.values():
+        for name in key.fallbacks:
+            lower = table[name]
+            if lower.scale % key.scale or (lower.scale == key.scale and lower.type is not key.type):
+                raise RuntimeError(f"{key.name} cannot fall back to {name}")
+    return MappingProxyType(table)
+
+
+BROKER_CONFIGS: Mapping[str, BrokerKey] = _build_table()
+"""Every broker setting by Kafka name, in the order docs/configuration.md lists them."""
+
+KRAFT_ONLY_CONFIGS = frozenset({
+    "process.roles",
+    "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers",
+    "controller.listener.names",
+    "metadata.log.dir",
+})
+"""Settings of Kafka's KRaft mode, which Odradek refuses rather than ignores."""
+
+
+def _check_name(name: str) -> BrokerKey:
+    key = BROKER_CONFIGS.get(name)
+    if key is not None:
+        return key
+    if name in KRAFT_ONLY_CONFIGS:
+        raise InvalidConfigError(
+            f"{name} is a KRaft setting: Odradek has no KRaft mode; it keeps cluster metadata "
+            "in its embedded single-node store, or in ZooKeeper when zookeeper.connect is set",
+            key=name,
+        )
+    if name in TOPIC_CONFIGS and TOPIC_CONFIGS[name].synonyms:
+        hint = f"; the broker's default for it is {TOPIC_CONFIGS[name].synonyms[0].name}"
+    else:
+        close = difflib.get_close_matches(name, BROKER_CONFIGS, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+    raise InvalidConfigError(f"{name} is not a broker config{hint}", key=name)
+
+
+# ---- properties files ----------------------------------------------------------------------
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+_BLANK = " \t\f"
+_NEWLINE = re.compile(r"\r\n|\r|\n")  # Java's line terminators; str.splitlines knows more
+
+
+def load_properties(path: str | Path) -> dict[str, str]:
+    """The settings of a Java .properties file such as Kafka's server.properties.
+
+    Read as UTF-8, or as ISO-8859-1 (what Java's Properties.load reads) when it is not
+    UTF-8. Raises OSError when unreadable, ValueError on a malformed \\uXXXX escape.
+    """
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("iso-8859-1")
+    try:
+        return parse_properties(text)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java .properties syntax: # and ! comments; key=value, key:value or key value;
+    backslash line continuations; \\t \\n \\r \\f \\uXXXX escapes, and a backslash before
+    any other character stands for that character. Whitespace around keys and values is
+    trimmed, except where escaped. A later duplicate key wins, as in Java."""
+    props: dict[str, str] = {}
+    lines = _NEWLINE.split(text)
+    i = 0
+    while i < len(lines):
+        number = i + 1
+        line = lines[i].lstrip(_BLANK)
+        i += 1
+        if not line or line[0] in "#!":
+            continue  # a comment ends at its line, whatever it ends with
+        while _continues(line) and i < len(lines):
+            line = line[:-1] + lines[i].lstrip(_BLANK)
+            i += 1
+        if _continues(line):
+            line = line[:-1]  # a continuation at the end of the file continues nothing
+        try:
+            key, value = _split_entry(line)
+        except ValueError as e:
+            raise ValueError(f"line {number}: {e}") from None
+        props[key] = value
+    return props
+
+
+def _continues(line: str) -> bool:
+    """Whether a line ends with an odd number of backslashes (the last is not escaped)."""
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def _split_entry(line: str) -> tuple[str, str]:
+    """Key and value of one logical line, unescaped."""
+    pos = 0
+    while pos < len(line) and line[pos] not in "=:" + _BLANK:
+        pos += 2 if line[pos] == "\\" else 1
+    key_end = min(pos, len(line))
+    while pos < len(line) and line[pos] in _BLANK:
+        pos += 1
+    if pos < len(line) and line[pos] in "=:":
+        pos += 1
+    while pos < len(line) and line[pos] in _BLANK:
+        pos += 1
+    return _unescape(line[:key_end]), _unescape(line[pos:], trim=True)
+
+
+def _unescape(text: str, *, trim: bool = False) -> str:
+    out: list[str] = []
+    escaped_end = 0  # length of `out` up to the last escaped character, kept by the trim
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c != "\\" or i + 1 == len(text):
+            out.append(c)
+            i += 1
+            continue
+        c = text[i + 1]
+        if c == "u":
+            digits = text[i + 2 : i + 6]
+            if len(digits) != 4 or not all(d in "0123456789abcdefABCDEF" for d in digits):
+                raise ValueError(f"malformed \\uXXXX escape: \\u{digits}")
+            out.append(chr(int(digits, 16)))
+            i += 6
+        else:
+            out.append(_ESCAPES.get(c, c))
+            i += 2
+        escaped_end = len(out)
+    value = "".join(out)
+    if trim:  # trailing whitespace is dropped unless escaped (Java keeps it; Kafka trims)
+        value = value[:escaped_end] + value[escaped_end:].rstrip(_BLANK)
+    # \uD83D\uDE00: a surrogate pair, as Java writes characters beyond the BMP
+    return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+# ---- listeners -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One NAME://host:port entry of listeners or advertised.listeners."""
+
+    name: str  # upper case, as Kafka normalises listener names
+    host: str  # "" means every interface (listeners) or this machine's name (advertised)
+    port: int  # 0 means a free port chosen when the listener binds
+    security_protocol: str
+
+    @property
+    def bind_host(self) -> str | None:
+        """The host to bind (asyncio.start_server's host): None for every interface."""
+        return self.host or None
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.name}://{host}:{self.port}"
+
+
+_LISTENER = re.compile(r"(?P<name>[A-Za-z0-9_-]+)://(?:\[(?P<ipv6>[0-9A-Fa-f:.%]*)\]|"
+                       r"(?P<host>[^\s:/\[\]]*)):(?P<port>[+-]?\d+)")
+
+
+def _parse_protocol_map(raw: str) -> dict[str, str]:
+    key = "listener.security.protocol.map"
+    protocols: dict[str, str] = {}
+    for entry in filter(None, (e.strip() for e in raw.split(","))):
+        name, sep, protocol = (part.strip().upper() for part in entry.partition(":"))
+        if not sep or not name or not protocol:
+            raise _invalid(key, raw, f"{entry!r} is not NAME:PROTOCOL")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise _invalid(key, raw, f"{protocol} is not a security protocol: "
+                           + str(OneOf(SECURITY_PROTOCOLS)))
+        if name in protocols:
+            raise _invalid(key, raw, f"listener {name} is mapped twice")
+        protocols[name] = protocol
+    return protocols
+
+
+def _parse_listeners(key: str, raw: str, protocols: Mapping[str, str],
+                     existing: Sequence[str] | None = None) -> tuple[Listener, ...]:
+    """NAME://host:port entries; with `existing` (for advertised.listeners), names among it."""
+    listeners: list[Listener] = []
+    for entry in filter(None, (e.strip() for e in raw.split(","))):
+        match = _LISTENER.fullmatch(entry)
+        if match is None:
+            raise _invalid(key, raw, f"{entry!r} is not NAME://host:port")
+        name = match["name"].upper()
+        port = int(match["port"])
+        if not 0 <= port <= 65535:
+            raise _invalid(key, raw, f"port {port} of {name} must be between 0 and 65535")
+        if name in (listener.name for listener in listeners):
+            raise _invalid(key, raw, f"listener names must be unique, and {name} is repeated")
+        if existing is not None and name not in existing:
+            raise _invalid(key, raw, f"{name} is not one of the listeners ("
+                           + ", ".join(existing) + ")")
+        if name not in protocols:
+            raise _invalid(key, raw, f"no security protocol is defined for listener {name} "
+                           "in listener.security.protocol.map")
+        host = match["ipv6"] if match["ipv6"] is not None else match["host"]
+        listeners.append(Listener(name, host, port, protocols[name]))
+    if not listeners:
+        raise _invalid(key, raw, "must name at least one NAME://host:port")
+    return tuple(listeners)
+
+
+def _is_meta_address(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_unspecified
+    except ValueError:
+        return False
+
+
+# ---- DescribeConfigs -----------------------------------------------------------------------
+
+
+class ConfigSynonym(NamedTuple):
+    """One place a setting is given (DescribeConfigs' synonyms), highest precedence first."""
+
+    name: str
+    value: str | None  # None when the setting is sensitive
+    source: ConfigSource
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One broker setting as DescribeConfigs lists it."""
+
+    name: str
+    value: str | None  # None when sensitive or unset
+    source: ConfigSource
+    read_only: bool  # not dynamically updatable
+    is_sensitive: bool
+    config_type: int  # DescribeConfigs' ConfigType code
+    documentation: str
+    synonyms: tuple[ConfigSynonym, ...]
+
+
+# ---- the broker's configuration ------------------------------------------------------------
+
+_Layer = Mapping[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokerConfig:
+    """A broker's settings, validated and typed. Build it with `from_properties`.
+
+    `properties` holds the static settings given explicitly (server.properties), `dynamic`
+    the per-broker dynamic overrides and `dynamic_defaults` the cluster-wide ones; the
+    typed attributes and `get` give the values in force.
+    """
+
+    properties: Mapping[str, str]
+    dynamic: Mapping[str, str]
+    dynamic_defaults: Mapping[str, str]
+    node_id: int
+    listeners: tuple[Listener, ...]
+    advertised_listeners: tuple[Listener, ...]
+    inter_broker_listener_name: str
+    log_dirs: tuple[Path, ...]
+    num_partitions: int
+    default_replication_factor: int
+    auto_create_topics_enable: bool
+    delete_topic_enable: bool
+    message_max_bytes: int
+    socket_request_max_bytes: int
+    connections_max_idle_ms: int
+    fetch_max_bytes: int
+    max_incremental_fetch_session_cache_slots: int
+    queued_max_requests: int
+    producer_id_expiration_ms: int
+    zookeeper_connect: str | None
+    broker_rack: str | None
+    log_config: LogConfig  # the topic defaults
+    log_manager_config: LogManagerConfig
+    _values: Mapping[str, Any] = field(repr=False, compare=False)
+    _synonyms: Mapping[str, tuple[ConfigSynonym, ...]] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
+        """The broker's configuration from its static properties (server.properties).
+
+        Raises InvalidConfigError naming the setting for an unknown key, a KRaft setting, an
+        invalid value or settings that contradict each other.
+        """
+        return cls._build(props, {}, {})
+
+    @classmethod
+    def default(cls) -> BrokerConfig:
+        """The embedded single-node defaults."""
+        return cls._build({}, {}, {})
+
+    def with_dynamic(self, updates: Mapping[str, str | None], *,
+                     cluster_default: bool = False) -> BrokerConfig:
+        """This configuration with dynamic settings set (or, for None, removed): per broker,
+        or with `cluster_default` the cluster-wide defaults, which per-broker ones override.
+
+        Raises InvalidConfigError for a setting that cannot be updated dynamically or an
+        invalid value; this configuration is unchanged.
+        """
+        for name in updates:
+            _check_name(name)
+        static = sorted(name for name in updates if not BROKER_CONFIGS[name].dynamic)
+        if static:
+            raise InvalidConfigError(
+                "Cannot update these configs dynamically: {" + ", ".join(static) + "}",
+                key=static[0],
+            )
+        layer = dict(self.dynamic_defaults if cluster_default else self.dynamic)
+        for name, value in updates.items():
+            if value is None:
+                layer.pop(name, None)
+            else:
+                layer[name] = value
+        if cluster_default:
+            return self._build(self.properties, layer, self.dynamic)
+        return self._build(self.properties, self.dynamic_defaults, layer)
+
+    def get(self, name: str) -> Any:
+        """The typed value in force of any setting by Kafka name (None when unset), through
+        its synonyms: get("log.retention.ms") is 604800000 when only the default of
+        log.retention.hours applies. Raises KeyError for an unknown name."""
+        if name not in BROKER_CONFIGS:
+            raise KeyError(name)
+        return self._values[name]
+
+    def describe(self, keys: Iterable[str] | None = None, *,
+                 cluster_default: bool = False) -> list[ConfigEntry]:
+        """The settings as DescribeConfigs lists this broker's: all of them, or those of
+        `keys` (unknown names are left out, as Kafka does), in table order. With
+        `cluster_default` (the broker resource named ""), only the dynamic cluster-wide
+        defaults, without per-broker synonyms, as Kafka lists them.
+
+        A value comes from the first of its synonyms: the setting itself and the ones it
+        falls back to, in each layer from dynamic to default (Kafka's order); a synonym in
+        another unit is converted (log.retention.ms shows log.retention.hours in ms).
+        Where Kafka lists no synonyms for a setting that is unset itself, this lists those
+        it falls back to.
+        """
+        wanted = None if keys is None else set(keys)
+        entries = []
+        for key in BROKER_CONFIGS.values():
+            if wanted is not None and key.name not in wanted:
+                continue
+            synonyms = self._synonyms[key.name]
+            value = self._values[key.name]
+            if cluster_default:
+                if key.name not in self.dynamic_defaults:
+                    continue
+                value = key.coerce(self.dynamic_defaults[key.name])
+                synonyms = tuple(
+                    s for s in synonyms if s.source is not ConfigSource.DYNAMIC_BROKER_CONFIG
+                )
+            entries.append(
+                ConfigEntry(
+                    name=key.name,
+                    value=None if key.sensitive or value is None else key.format(value),
+                    source=synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG,
+                    read_only=not key.dynamic,
+                    is_sensitive=key.sensitive,
+                    config_type=key.config_type,
+                    documentation=_documentation(key),
+                    synonyms=synonyms,
+                )
+            )
+        return entries
+
+    # ---- building ---------------------------------------------------------------------
+
+    @classmethod
+    def _build(cls, static: Mapping[str, str], dynamic_defaults: Mapping[str, str],
+               dynamic: Mapping[str, str]) -> BrokerConfig:
+        layers: list[tuple[ConfigSource, Mapping[str, str], dict[str, Any]]] = []
+        for source, raw_layer in (
+            (ConfigSource.DYNAMIC_BROKER_CONFIG, dynamic),
+            (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, dynamic_defaults),
+            (ConfigSource.STATIC_BROKER_CONFIG, static),
+        ):
+            typed = {}
+            for name, raw in raw_layer.items():
+                key = _check_name(name)
+                if source is not ConfigSource.STATIC_BROKER_CONFIG and not key.dynamic:
+                    raise InvalidConfigError(f"{name} cannot be updated dynamically", key=name)
+                typed[name] = key.coerce(raw)
+            layers.append((source, raw_layer, typed))
+
+        values: dict[str, Any] = {}
+        synonyms: dict[str, tuple[ConfigSynonym, ...]] = {}
+        for key in BROKER_CONFIGS.values():
+            values[key.name], synonyms[key.name] = _resolve(key, layers)
+
+        typed_static = layers[-1][2]
+        ids = {typed_static[n] for n in ("node.id", "broker.id") if n in typed_static}
+        if len(ids) > 1:
+            raise InvalidConfigError(
+                f"node.id={static['node.id']} and broker.id={static['broker.id']} differ: "
+                "they are two names of one setting, so give one, or both equal",
+                key="broker.id",
+            )
+        _check_pair(values, "group.min.session.timeout.ms", "group.max.session.timeout.ms")
+        _check_pair(values, "replica.fetch.wait.max.ms", "replica.lag.time.max.ms")
+
+        protocols = _parse_protocol_map(values["listener.security.protocol.map"])
+        listeners = _parse_listeners("listeners", values["listeners"], protocols)
+        _check_ports(listeners, values["listeners"])
+        for listener in listeners:
+            if listener.security_protocol not in SERVED_PROTOCOLS:
+                raise _invalid("listeners", values["listeners"], f"{listener} uses "
+                               f"{listener.security_protocol}, and Odradek serves only "
+                               "PLAINTEXT listeners for now (TLS and SASL come later)")
+        own = synonyms["advertised.listeners"][0].name == "advertised.listeners"
+        advertised = _advertised(values["advertised.listeners"], own, listeners, protocols)
+        inter_broker = _inter_broker_listener(values["inter.broker.listener.name"], advertised)
+
+        merged = {**static, **dynamic_defaults, **dynamic}
+        log_config = _log_config(merged)
+        log_dirs = _log_dirs(values, synonyms["log.dirs"][0].name)
+        return cls(
+            properties=MappingProxyType(dict(static)),
+            dynamic=MappingProxyType(dict(dynamic)),
+            dynamic_defaults=MappingProxyType(dict(dynamic_defaults)),
+            node_id=values["node.id"],
+            listeners=listeners,
+            advertised_listeners=advertised,
+            inter_broker_listener_name=inter_broker,
+            log_dirs=log_dirs,
+            num_partitions=values["num.partitions"],
+            default_replication_factor=values["default.replication.factor"],
+            auto_create_topics_enable=values["auto.create.topics.enable"],
+            delete_topic_enable=values["delete.topic.enable"],
+            message_max_bytes=values["message.max.bytes"],
+            socket_request_max_bytes=values["socket.request.max.bytes"],
+            connections_max_idle_ms=values["connections.max.idle.ms"],
+            fetch_max_bytes=values["fetch.max.bytes"],
+            max_incremental_fetch_session_cache_slots=values[
+                "max.incremental.fetch.session.cache.slots"
+            ],
+            queued_max_requests=values["queued.max.requests"],
+            producer_id_expiration_ms=values["producer.id.expiration.ms"],
+            zookeeper_connect=values["zookeeper.connect"] or None,
+            broker_rack=values["broker.rack"] or None,
+            log_config=log_config,
+            log_manager_config=_log_manager_config(values, log_dirs, merged),
+            _values=MappingProxyType(values),
+            _synonyms=MappingProxyType(synonyms),
+        )
+
+
+def _resolve(
+    key: BrokerKey, layers: list[tuple[ConfigSource, Mapping[str, str], dict[str, Any]]]
+) -> tuple[Any, tuple[ConfigSynonym, ...]]:
+    """The value in force of `key` and where it is given, highest precedence first."""
+    chain = [key] + [BROKER_CONFIGS[name] for name in key.fallbacks]
+    found: list[tuple[ConfigSynonym, BrokerKey, Any]] = []
+    for source, raw_layer, typed in layers:
+        for k in chain:
+            if k.name in raw_layer:
+                shown = None if k.sensitive else str(raw_layer[k.name])
+                found.append((ConfigSynonym(k.name, shown, source), k, typed[k.name]))
+    for k in chain:
+        if k.default is not None:
+            shown = None if k.sensitive else k.format(k.default)
+            found.append((ConfigSynonym(k.name, shown, ConfigSource.DEFAULT_CONFIG), k, k.default))
+    if not found:
+        return None, ()
+    _, first, value = found[0]
+    if first.scale != key.scale:  # e.g. log.retention.hours as log.retention.ms
+        value = value * first.scale // key.scale
+    return value, tuple(synonym for synonym, _, _ in found)
+
+
+def _log_config(merged: Mapping[str, str]) -> LogConfig:
+    """The topic defaults; a rule spanning two settings is reported by its broker name."""
+    try:
+        return LogConfig.from_broker_properties(
+            {name: raw for name, raw in merged.items() if BROKER_CONFIGS[name].topic}
+        )
+    except InvalidConfigError as e:
+        topic = TOPIC_CONFIGS.get(e.key)
+        if topic is None:
+            raise
+        name = next((s.name for s in topic.synonyms if s.name in merged), topic.synonyms[0].name)
+        raise InvalidConfigError(f"{name}={merged.get(name)}: the topic default {e}",
+                                 key=name) from None
+
+
+def _check_pair(values: Mapping[str, Any], low: str, high: str) -> None:
+    if values[low] > values[high]:
+        raise InvalidConfigError(
+            f"{low}={values[low]} is invalid: must be <= {high} ({values[high]})", key=low
+        )
+
+
+def _check_ports(listeners: tuple[Listener, ...], raw: str) -> None:
+    ports = [listener.port for listener in listeners if listener.port != 0]
+    repeated = sorted({port for port in ports if ports.count(port) > 1})
+    if repeated:
+        raise _invalid("listeners", raw, f"each listener needs its own port, and {repeated[0]} "
+                       "is used twice")
+
+
+def _advertised(raw: str, own: bool, listeners: tuple[Listener, ...],
+                protocols: Mapping[str, str]) -> tuple[Listener, ...]:
+    """advertised.listeners, or (not `own`) the listeners when it is unset."""
+    names = [listener.name for listener in listeners]
+    advertised = (
+        _parse_listeners("advertised.listeners", raw, protocols, names) if own else listeners
+    )
+    for listener in advertised:
+        if _is_meta_address(listener.host):
+            unset = "" if own else " (advertised.listeners is unset, so listeners are advertised)"
+            raise _invalid("advertised.listeners", raw, f"{listener} advertises the "
+                           f"non-routable meta-address {listener.host}: give a routable "
+                           f"host name or IP address{unset}")
+    return advertised
+
+
+def _inter_broker_listener(name: str | None, advertised: tuple[Listener, ...]) -> str:
+    names = [listener.name for listener in advertised]
+    if name is None:
+        return "PLAINTEXT" if "PLAINTEXT" in names else names[0]
+    if name.upper() not in names:
+        raise _invalid("inter.broker.listener.name", name, "must be one of the advertised "
+                       "listeners (" + ", ".join(names) + ")")
+    return name.upper()
+
+
+def _log_dirs(values: Mapping[str, Any], given_as: str) -> tuple[Path, ...]:
+    raw = values["log.dirs"]
+    dirs = [Path(entry.strip()) for entry in raw.split(",") if entry.strip()]
+    if not dirs:
+        raise _invalid(given_as, raw, "must name at least one directory")
+    seen = set()
+    for directory in dirs:
+        resolved = directory.expanduser().resolve()
+        if resolved in seen:
+            raise _invalid(given_as, raw, f"{directory} is given twice")
+        seen.add(resolved)
+    return tuple(dirs)
+
+
+def _log_manager_config(values: Mapping[str, Any], log_dirs: tuple[Path, ...],
+                        explicit: Mapping[str, str]) -> LogManagerConfig:
+    kwargs: dict[str, Any] = {
+        "log_dirs": log_dirs,
+        "retention_check_interval_ms": values["log.retention.check.interval.ms"],
+        "recovery_point_checkpoint_interval_ms": values["log.flush.offset.checkpoint.interval.ms"],
+        "log_start_offset_checkpoint_interval_ms": values[
+            "log.flush.start.offset.checkpoint.interval.ms"
+        ],
+        "cleaner_enable": values["log.cleaner.enable"],
+        "cleaner_threads": values["log.cleaner.threads"],
+        # Fields LogManagerConfig may not have yet; passed only where it does.
+        "producer_id_expiration_ms": values["producer.id.expiration.ms"],
+        "producer_id_expiration_check_interval_ms": values[
+            "producer.id.expiration.check.interval.ms"
+        ],
+    }
+    if "log.flush.scheduler.interval.ms" in explicit:  # else the log manager's 1 s
+        kwargs["flush_check_interval_ms"] = min(
+            values["log.flush.scheduler.interval.ms"], _MAX_SCHEDULER_PERIOD_MS
+        )
+    known = {f.name for f in fields(LogManagerConfig)}
+    return LogManagerConfig(**{name: v for name, v in kwargs.items() if name in known})
+
+
+# ---- documentation -------------------------------------------------------------------------
+
+
+def _documentation(key: BrokerKey) -> str:
+    return key.doc + (" Accepted, no effect." if key.no_effect else "")
+
+
+def _type_name(key: BrokerKey) -> str:
+    return "short" if key.wire_type == SHORT_CONFIG_TYPE else key.type.name.lower()
+
+
+def configuration_table() -> str:
+    """The Markdown tables of docs/configuration.md, one per group, from BROKER_CONFIGS."""
+    out: list[str] = []
+    group = None
+    for key in BROKER_CONFIGS.values():
+        if key.group != group:
+            group = key.group
+            out += ["", f"### {group}", "", "| Name | Type | Default | Dynamic | Meaning |",
+                    "|---|---|---|---|---|"]
+        default = "(none)" if key.default is None else f"`{key.format(key.default)}`"
+        meaning = key.doc + (" **Accepted, no effect.**" if key.no_effect else "")
+        meaning = meaning.replace("__", "\\_\\_")  # __consumer_offsets is not bold
+        row = [f"`{key.name}`", _type_name(key), default, "yes" if key.dynamic else "no",
+               meaning]
+        out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
+    return "\n".join(out[1:]) + "\n"
+
+
+BEGIN_TABLE = "<!-- BEGIN GENERATED: python -m odradek.server.config -->"
+END_TABLE = "<!-- END GENERATED -->"
+
+
+def render_docs(current: str) -> str:
+    """docs/configuration.md with its generated part replaced by `configuration_table()`."""
+    head, sep, rest = current.partition(BEGIN_TABLE)
+    _, sep2, tail = rest.partition(END_TABLE)
+    if not sep or not sep2:
+        raise ValueError("the generated-table markers are missing")
+    return f"{head}{BEGIN_TABLE}\n\n{configuration_table()}\n{END_TABLE}{tail}"
+
+
+DOCS_PATH = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+if __name__ == "__main__":
+    DOCS_PATH.write_text(render_docs(DOCS_PATH.read_text(encoding="utf-8")), encoding="utf-8")
