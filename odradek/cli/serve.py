@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 
 from odradek.broker.kafka_server import KafkaServer
@@ -54,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _loop_factory():  # type: ignore[no-untyped-def]
+    """uvloop when installed, unless ODRADEK_EVENT_LOOP=asyncio asks for asyncio's own."""
+    if os.environ.get("ODRADEK_EVENT_LOOP", "").lower() == "asyncio":
+        return None
     try:
         import uvloop
     except ImportError:
