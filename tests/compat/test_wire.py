@@ -229,3 +229,54 @@ def test_random_bytes_never_hurt_the_broker(wire_broker: BrokerProcess) -> None:
     stored = fetch_all(keeper, topic)
     assert stored[:50] == records  # mutated produce requests may add records, never lose any
     keeper.close()
+
+
+def fetch_request(topic: str, offset: int, max_wait_ms: int, min_bytes: int = 1) -> FetchRequest:
+    return FetchRequest(max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=50 << 20, topics=[
+        FetchTopic(topic=topic, partitions=[FetchPartition(
+            partition=0, fetch_offset=offset, partition_max_bytes=50 << 20)])])
+
+
+def test_fetch_long_poll_waits_for_data_or_max_wait(wire_broker: BrokerProcess) -> None:
+    topic = "long-poll"
+    wire = Wire(wire_broker.port)
+    wire.call(MetadataRequest(topics=[MetadataRequestTopic(name=topic)],
+                              allow_auto_topic_creation=True), 12)
+    started = time.monotonic()
+    empty = wire.call(fetch_request(topic, 0, max_wait_ms=400), 11)
+    waited = time.monotonic() - started
+    assert empty.responses[0].partitions[0].records in (b"", None)  # type: ignore[attr-defined]
+    assert 0.35 <= waited < 5  # it waited for max_wait_ms, no longer
+
+    # A fetch waiting for 20 s returns as soon as another client's append arrives.
+    wire.send(fetch_request(topic, 0, max_wait_ms=20_000), 11)
+    time.sleep(0.2)  # let the fetch park in the broker before the append
+    writer = Wire(wire_broker.port)
+    appended = time.monotonic()
+    writer.call(produce_request(topic, [(b"k", b"woken")]), 9)
+    _, response = wire.receive(ApiKey.FETCH, 11)
+    assert time.monotonic() - appended < 2
+    data = bytes(response.responses[0].partitions[0].records)  # type: ignore[attr-defined]
+    [(pos, header)] = list(iter_batch_headers(data))
+    assert [r.value for r in decode_records(data, pos, header)] == [b"woken"]
+    wire.close()
+    writer.close()
+
+
+def test_large_fetches_are_sent_from_the_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """With asyncio's own loop, fetches larger than the copy threshold go out through
+    os.sendfile; the bytes must be exactly the stored batches."""
+    broker = BrokerProcess(tmp_path / "data", env={"ODRADEK_EVENT_LOOP": "asyncio"}).start()
+    try:
+        wire = Wire(broker.port)
+        topic = "big-fetch"
+        wire.call(MetadataRequest(topics=[MetadataRequestTopic(name=topic)],
+                                  allow_auto_topic_creation=True), 12)
+        records = [(f"k{i}".encode(), bytes([i % 251]) * 10_000) for i in range(300)]
+        for i in range(0, 300, 50):
+            wire.call(produce_request(topic, records[i : i + 50]), 9)
+        assert fetch_all(wire, topic) == records  # 3 MB in one response
+        wire.close()
+    finally:
+        broker.stop()
+    assert "Traceback" not in broker.log_text()

@@ -21,9 +21,10 @@ _STARTED = re.compile(r"broker \d+ started")
 
 class BrokerProcess:
     def __init__(self, data_dir: Path, settings: dict[str, str] | None = None,
-                 port: int = 0) -> None:
+                 port: int = 0, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.settings = dict(settings or {})
+        self.env = dict(env or {})
         self.port = port
         self.process: subprocess.Popen[str] | None = None
         self.log_lines: list[str] = []
@@ -41,7 +42,7 @@ class BrokerProcess:
             argv += ["--set", f"{key}={value}"]
         self.log_lines = []
         self._started.clear()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         self.process = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                         text=True, env=env)
         threading.Thread(target=self._read_log, args=(self.process,), daemon=True).start()
