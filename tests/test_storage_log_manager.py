@@ -169,3 +169,30 @@ def test_librdkafka_batches_are_stored_and_served_unchanged(tmp_path: Path) -> N
         appended.append(bytes(expected))
     assert log.read(0, 1 << 20).read() == b"".join(appended)
     assert log.log_end_offset == 30
+
+
+def test_rolled_segments_are_fsynced_in_the_background(tmp_path: Path) -> None:
+    """A roll does not fsync the old segment in the append path; the log manager's thread
+    does, and then the recovery point moves to the new segment."""
+    queued: list = []
+    log = Log.open(tmp_path / "direct-0", LogConfig())
+    log.flush_in_background = queued.append
+    log.append_as_leader(build_record_batch([(b"k", b"v" * 100)] * 10))
+    log.roll()
+    assert log.recovery_point == 0 and len(queued) == 1  # not fsynced by the roll itself
+    queued[0]()
+    assert log.recovery_point == 10
+    log.close()
+
+    lm = LogManager(LogManagerConfig((tmp_path,)), LogConfig())
+    lm.startup(background=True)
+    try:
+        log = lm.get_or_create_log("events", 0)
+        log.append_as_leader(build_record_batch([(b"k", b"v" * 100)] * 10))
+        log.roll()
+        deadline = time.monotonic() + 10
+        while log.recovery_point != 10 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert log.recovery_point == 10
+    finally:
+        lm.shutdown()

@@ -226,6 +226,9 @@ class Model:
 
     def roll(self) -> None:
         if self.segments[-1].size:
+            # The rolled segment is fsynced (inline here: the test runs no scheduler) and
+            # the recovery point moves to the new segment, as Kafka's roll does.
+            self.recovery_point = max(self.recovery_point, self.end)
             self.segments.append(MSegment(self.end))
 
     def deletable(self, now: int, config: LogConfig, directory: Path) -> int:

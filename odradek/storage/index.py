@@ -104,8 +104,10 @@ class _Index:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             if self._written < len(data):
-                os.pwrite(fd, data[self._written :], self._written)
-                self._written = len(data)
+                # A copy of what is there now: appends may add entries meanwhile.
+                pending = bytes(data[self._written :])
+                os.pwrite(fd, pending, self._written)
+                self._written += len(pending)
             if sync:
                 os.fsync(fd)
         finally:

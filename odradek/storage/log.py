@@ -163,6 +163,8 @@ class Log:
         self.recovery_point = recovery_point
         self._log_end_offset: int | None = None  # found on first use: opening stays cheap
         self._lock = threading.RLock()
+        # Set by the LogManager: runs a flush on its background thread.
+        self.flush_in_background: Callable[[Callable[[], None]], None] | None = None
         self._unflushed_messages = 0
         self.last_flush_ms = clock()
         # (due time, segment) of segments renamed .deleted, removed after the delay.
@@ -437,7 +439,6 @@ class Log:
                 return active
             new_base = self.log_end_offset
             active.on_become_inactive()
-            active.flush()
             now = self.clock() if now is None else now
             segment = _segment(self.directory, new_base, self.config, active=True, now=now)
             if segment.log_path.exists():
@@ -447,18 +448,40 @@ class Log:
             self._bases.append(new_base)
             # Recovery of the new segment can then start from a snapshot at its base.
             self._producers().take_snapshot(new_base)
-            return segment
+        # The rolled segment is fsynced in the background, as Kafka does: an fsync of a
+        # whole segment must not stall the appends that follow it.
+        if self.flush_in_background is None:
+            self.flush_up_to(new_base)
+        else:
+            self.flush_in_background(lambda: self.flush_up_to(new_base))
+        return segment
 
     def flush(self) -> None:
         """fsync everything past the recovery point, which then moves to the log end."""
         with self._lock:
             end = self.log_end_offset
-            start = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
-            for segment in self._segments[start:]:
-                segment.flush()
-            self.recovery_point = end
             self._unflushed_messages = 0
             self.last_flush_ms = self.clock()
+        self.flush_up_to(end)
+
+    def flush_up_to(self, offset: int) -> None:
+        """fsync the segments holding offsets below `offset`; the recovery point moves there.
+        The fsyncs run outside the log's lock, so appends go on meanwhile."""
+        with self._lock:
+            offset = min(offset, self.log_end_offset)
+            if offset <= self.recovery_point:
+                return
+            start = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+            segments = [s for s in self._segments[start:] if s.base_offset < offset]
+        for segment in segments:  # two flushes at once only fsync twice: no lock needed
+            try:
+                segment.flush()
+            except OSError:
+                if segment in self.segments():
+                    raise
+                # Deleted meanwhile (retention, compaction): nothing left to make durable.
+        with self._lock:
+            self.recovery_point = max(self.recovery_point, min(offset, self.log_end_offset))
 
     def flush_if_due(self, now: int) -> bool:
         """flush.ms: fsync when the last flush is that old and there is something to flush."""

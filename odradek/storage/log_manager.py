@@ -113,6 +113,7 @@ class LogManager:
                 producer_id_expiration_ms=self.config.producer_id_expiration_ms,
             )
             recovered += not clean
+            partition_log.flush_in_background = self._flush_in_background
             self._logs[tp] = partition_log
             self._dir_of[tp] = log_dir
         if not clean and recovered:
@@ -140,6 +141,13 @@ class LogManager:
             self.cleaner = LogCleaner(self.logs, config=CleanerConfig(threads=c.cleaner_threads),
                                       clock=self.clock)
             self.cleaner.start()
+
+    def _flush_in_background(self, flush: Callable[[], None]) -> None:
+        scheduler = self._scheduler
+        if scheduler is None:
+            flush()
+        else:
+            scheduler.schedule_once("flush-log", flush)
 
     def shutdown(self) -> None:
         """A clean shutdown: the next start-up needs no recovery."""
@@ -183,6 +191,7 @@ class LogManager:
                 log_dir / f"{topic}-{partition}", config or self.log_config(topic),
                 clock=self.clock, producer_id_expiration_ms=self.config.producer_id_expiration_ms,
             )
+            partition_log.flush_in_background = self._flush_in_background
             self._logs[(topic, partition)] = partition_log
             self._dir_of[(topic, partition)] = log_dir
             return partition_log

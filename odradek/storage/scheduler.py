@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 class Scheduler:
     def __init__(self, name: str) -> None:
         self.name = name
-        self._tasks: list[tuple[float, int, str, Callable[[], object], float]] = []
+        self._tasks: list[tuple[float, int, str, Callable[[], object], float | None]] = []
         self._sequence = itertools.count()
         self._condition = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -33,6 +33,13 @@ class Scheduler:
         first = time.monotonic() + (period if delay_ms is None else delay_ms / 1000)
         with self._condition:
             heapq.heappush(self._tasks, (first, next(self._sequence), name, task, period))
+            self._condition.notify()
+
+    def schedule_once(self, name: str, task: Callable[[], object]) -> None:
+        """Runs `task` once, as soon as the thread is free."""
+        with self._condition:
+            heapq.heappush(self._tasks, (time.monotonic(), next(self._sequence), name, task,
+                                         None))
             self._condition.notify()
 
     def start(self) -> None:
@@ -68,6 +75,8 @@ class Scheduler:
                 task()
             except Exception:
                 log.exception("background task %s failed", name)
+            if period is None:
+                continue
             with self._condition:
                 heapq.heappush(
                     self._tasks, (max(due + period, time.monotonic()), next(self._sequence),
