@@ -4,6 +4,7 @@ run without idempotence shows the duplicates that this prevents."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -29,7 +30,12 @@ def proxied(tmp_path) -> Iterator[tuple[BrokerProcess, KafkaProxy]]:  # type: ig
     broker.kill()
 
 
-def produce_through_lossy_network(proxy: KafkaProxy, topic: str, idempotent: bool) -> None:
+def produce_through_lossy_network(proxy: KafkaProxy, topic: str, idempotent: bool,
+                                  client: str = "confluent-kafka") -> None:
+    if client == "kafka-python":
+        return _produce_kafka_python(proxy, topic)
+    if client == "aiokafka":
+        return asyncio.run(_produce_aiokafka(proxy, topic))
     producer = Producer({
         "bootstrap.servers": f"127.0.0.1:{proxy.port}",
         "enable.idempotence": idempotent, "acks": "all", "linger.ms": 2,
@@ -44,6 +50,37 @@ def produce_through_lossy_network(proxy: KafkaProxy, topic: str, idempotent: boo
         producer.poll(0)
     assert producer.flush(60) == 0
     assert not failures, failures[:3]
+
+
+def _produce_kafka_python(proxy: KafkaProxy, topic: str) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{proxy.port}",
+                             enable_idempotence=True, acks="all", linger_ms=2, retries=100,
+                             retry_backoff_ms=10, batch_size=2048)
+    futures = [producer.send(topic, key=str(i % 17).encode(), value=str(i).encode())
+               for i in range(RECORDS)]
+    producer.flush(60)
+    for future in futures:
+        future.get(60)
+    producer.close()
+
+
+async def _produce_aiokafka(proxy: KafkaProxy, topic: str) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=f"127.0.0.1:{proxy.port}",
+                                enable_idempotence=True, acks="all", linger_ms=2,
+                                retry_backoff_ms=10, max_batch_size=2048,
+                                request_timeout_ms=30_000)
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, key=str(i % 17).encode(), value=str(i).encode())
+                   for i in range(RECORDS)]
+        for future in futures:
+            await future
+    finally:
+        await producer.stop()
 
 
 def consume_values(proxy: KafkaProxy, topic: str) -> list[list[int]]:
@@ -66,9 +103,10 @@ def consume_values(proxy: KafkaProxy, topic: str) -> list[list[int]]:
     return values
 
 
-def test_idempotent_producer_retries_write_no_duplicates(proxied) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python", "aiokafka"])
+def test_idempotent_producer_retries_write_no_duplicates(proxied, client: str) -> None:  # type: ignore[no-untyped-def]
     _, proxy = proxied
-    produce_through_lossy_network(proxy, "exactly-once", idempotent=True)
+    produce_through_lossy_network(proxy, "exactly-once", idempotent=True, client=client)
     assert proxy.dropped >= 3, "the proxy lost no acknowledgement: nothing was retried"
     per_partition = consume_values(proxy, "exactly-once")
     everything = sorted(v for values in per_partition for v in values)
