@@ -43,6 +43,11 @@ KAFKA_DEFAULTS = {
     "unclean.leader.election.enable": "false",
     "min.insync.replicas": "1",
     "compression.type": "producer",
+    "compression.gzip.level": "-1",
+    "compression.lz4.level": "9",
+    "compression.zstd.level": "3",
+    "local.retention.ms": "-2",
+    "local.retention.bytes": "-2",
 }
 
 
@@ -226,6 +231,10 @@ def test_round_trip_property(
         ("unclean.leader.election.enable", "1", "true or false"),
         ("min.insync.replicas", "0", "must be >= 1"),
         ("compression.type", "brotli", "producer, uncompressed, gzip, snappy, lz4, zstd"),
+        ("compression.gzip.level", "0", "must be -1 (the codec's default) or between 1 and 9"),
+        ("compression.lz4.level", "18", "between 1 and 17"),
+        ("compression.zstd.level", "23", "between -131072 and 22"),
+        ("local.retention.ms", "-3", "must be >= -2"),
         ("segment.ms", "abc", "integer"),
         ("segment.ms", "1.5", "integer"),
         ("segment.ms", "1_000", "integer"),

@@ -2,15 +2,18 @@
 
 Topic changes go through the Controller (which keeps the metadata store and tells the
 ReplicaManager what to lead); topic configs are validated against Kafka's topic config
-table (odradek/storage/config.py) before anything is stored.
+table (odradek/storage/config.py) before anything is stored. The config APIs live in the
+ConfigManager (odradek/broker/config_manager.py), whose handlers this one hands on.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+import os
+from collections.abc import Callable
+from typing import Any, cast
 
+from odradek.broker.config_manager import ConfigManager
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.cluster.controller import Controller, InvalidRequestError
 from odradek.cluster.topics import InvalidTopicError, is_internal
@@ -19,18 +22,25 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import KafkaError
 from odradek.protocol.framing import Request
 from odradek.protocol.message import Message
-from odradek.protocol.messages import create_topics_response, delete_topics_response
+from odradek.protocol.messages import (
+    create_partitions_request,
+    create_partitions_response,
+    create_topics_request,
+    create_topics_response,
+    delete_records_request,
+    delete_records_response,
+    delete_topics_request,
+    delete_topics_response,
+    describe_log_dirs_request,
+    describe_log_dirs_response,
+)
 from odradek.protocol.primitives import ZERO_UUID
 from odradek.server.config import BrokerConfig
 from odradek.server.network import RequestContext
-from odradek.storage.config import TOPIC_CONFIGS, LogConfig
 
 log = logging.getLogger(__name__)
 
-# DescribeConfigs' config sources.
-TOPIC_CONFIG_SOURCE = 1
-STATIC_BROKER_CONFIG_SOURCE = 4
-DEFAULT_CONFIG_SOURCE = 5
+INVALID_OFFSET_LAG = -1  # DescribeLogDirs: a log no partition of this broker serves
 
 
 class TopicDeletionDisabledError(KafkaError):
@@ -40,43 +50,29 @@ class TopicDeletionDisabledError(KafkaError):
 class AdminManager:
     def __init__(self, config: BrokerConfig, controller: Controller,
                  replica_manager: ReplicaManager) -> None:
-        self.config = config
+        self.configs = ConfigManager(config, controller)
         self.controller = controller
         self.replica_manager = replica_manager
+
+    @property
+    def config(self) -> BrokerConfig:
+        """The broker's configuration in force, dynamic configs included."""
+        return self.configs.config
 
     def handlers(self) -> dict[int, Callable[[Request, RequestContext], Any]]:
         return {
             ApiKey.CREATE_TOPICS: self.handle_create_topics,
             ApiKey.DELETE_TOPICS: self.handle_delete_topics,
+            ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
+            ApiKey.DELETE_RECORDS: self.handle_delete_records,
+            ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs,
+            **self.configs.handlers(),
         }
-
-    # ---- topic configs ----------------------------------------------------------------
-
-    def validate_topic_configs(self, configs: Mapping[str, str | None]) -> LogConfig:
-        """The topic's LogConfig from its overrides; InvalidConfigError names a bad key."""
-        values = {k: v for k, v in configs.items() if v is not None}
-        return LogConfig.from_properties(values, defaults=self.config.log_config)
-
-    def topic_config_entries(self, overrides: Mapping[str, str]
-                             ) -> list[tuple[str, str, int]]:
-        """(name, value, source) of every topic config, as CreateTopics v5+ lists them."""
-        effective = self.config.log_config.with_overrides(overrides).to_properties()
-        explicit = self.config.properties
-        entries = []
-        for name, key in TOPIC_CONFIGS.items():
-            if name in overrides:
-                source = TOPIC_CONFIG_SOURCE
-            elif any(s.name in explicit for s in key.synonyms):
-                source = STATIC_BROKER_CONFIG_SOURCE
-            else:
-                source = DEFAULT_CONFIG_SOURCE
-            entries.append((name, effective[name], source))
-        return entries
 
     # ---- CreateTopics / DeleteTopics --------------------------------------------------
 
     def handle_create_topics(self, request: Request, context: RequestContext) -> Message:
-        body = request.body
+        body = cast(create_topics_request.CreateTopicsRequest, request.body)
         version = request.api_version
         names = [t.name for t in body.topics]
         results = []
@@ -115,7 +111,7 @@ class AdminManager:
                 raise InvalidRequestError(f"config {c.name!r} is given twice")
             if c.value is not None:
                 configs[c.name] = c.value
-        self.validate_topic_configs(configs)
+        self.configs.validate_topic_configs(configs)
         controller = self.controller
         if validate_only:
             controller.check_new_topic(t.name, partitions, replication_factor, assignments)
@@ -132,13 +128,13 @@ class AdminManager:
         if version >= 5:
             result.configs = [
                 create_topics_response.CreatableTopicConfigs(
-                    name=name, value=value, read_only=False, config_source=source,
-                    is_sensitive=False)
-                for name, value, source in self.topic_config_entries(configs)
+                    name=e.name, value=e.value, read_only=e.read_only,
+                    config_source=int(e.source), is_sensitive=e.is_sensitive)
+                for e in self.configs.topic_config_entries(configs)
             ]
 
     def handle_delete_topics(self, request: Request, context: RequestContext) -> Message:
-        body = request.body
+        body = cast(delete_topics_request.DeleteTopicsRequest, request.body)
         version = request.api_version
         wanted = ([(t.name, t.topic_id) for t in body.topics] if version >= 6
                   else [(n, ZERO_UUID) for n in body.topic_names])
@@ -167,3 +163,92 @@ class AdminManager:
                 result.error_message = str(e)
             results.append(result)
         return delete_topics_response.DeleteTopicsResponse(responses=results)
+
+    # ---- CreatePartitions -------------------------------------------------------------
+
+    def handle_create_partitions(self, request: Request, context: RequestContext) -> Message:
+        body = cast(create_partitions_request.CreatePartitionsRequest, request.body)
+        names = [t.name for t in body.topics]
+        duplicates = list(dict.fromkeys(n for n in names if names.count(n) > 1))
+        results = []
+        for t in body.topics:
+            if t.name in duplicates:
+                continue
+            result = create_partitions_response.CreatePartitionsTopicResult(
+                name=t.name, error_message=None)
+            assignments = (None if t.assignments is None
+                           else [list(a.broker_ids) for a in t.assignments])
+            try:
+                self.controller.create_partitions(t.name, t.count, assignments,
+                                                  body.validate_only)
+            except KafkaError as e:
+                result.error_code = int(e.error_code)
+                result.error_message = str(e) or None
+            results.append(result)
+        # As Kafka's controller: one answer per name given twice, after the others.
+        results += [create_partitions_response.CreatePartitionsTopicResult(
+            name=name, error_code=ErrorCode.INVALID_REQUEST,
+            error_message="Duplicate topic name.") for name in duplicates]
+        return create_partitions_response.CreatePartitionsResponse(results=results)
+
+    # ---- DeleteRecords ----------------------------------------------------------------
+
+    def handle_delete_records(self, request: Request, context: RequestContext) -> Message:
+        body = cast(delete_records_request.DeleteRecordsRequest, request.body)
+        offsets = {(t.name, p.partition_index): p.offset
+                   for t in body.topics for p in t.partitions}
+        deleted = self.replica_manager.delete_records(offsets)
+        topics = []
+        for t in body.topics:
+            partitions = []
+            for p in t.partitions:
+                code, low_watermark, message = deleted[(t.name, p.partition_index)]
+                if code:
+                    log.info("cannot delete records of %s-%d: %s", t.name, p.partition_index,
+                             message or ErrorCode(code).name)
+                partitions.append(delete_records_response.DeleteRecordsPartitionResult(
+                    partition_index=p.partition_index, low_watermark=low_watermark,
+                    error_code=code))
+            topics.append(delete_records_response.DeleteRecordsTopicResult(
+                name=t.name, partitions=partitions))
+        return delete_records_response.DeleteRecordsResponse(topics=topics)
+
+    # ---- DescribeLogDirs --------------------------------------------------------------
+
+    def handle_describe_log_dirs(self, request: Request, context: RequestContext) -> Message:
+        """Per log dir, the size and lag of each requested partition's log (all of them for
+        null topics); a requested partition with no log here is left out, as in Kafka."""
+        body = cast(describe_log_dirs_request.DescribeLogDirsRequest, request.body)
+        log_manager = self.replica_manager.log_manager
+        wanted = (None if body.topics is None else
+                  {(t.topic, p) for t in body.topics for p in t.partitions})
+        by_dir: dict[str, dict[str, list[describe_log_dirs_response.DescribeLogDirsPartition]]]
+        by_dir = {os.path.abspath(d): {} for d in log_manager.config.log_dirs}
+        for partition_log in sorted(log_manager.logs(), key=lambda lg: lg.name):
+            tp = (partition_log.topic, partition_log.partition)
+            topics = by_dir.get(os.path.abspath(partition_log.directory.parent))
+            if topics is None or (wanted is not None and tp not in wanted):
+                continue
+            partition = self.replica_manager.get_partition(tp)
+            lag = (INVALID_OFFSET_LAG if partition is None
+                   else max(partition.high_watermark - partition_log.log_end_offset, 0))
+            described = describe_log_dirs_response.DescribeLogDirsPartition(
+                partition_index=tp[1], partition_size=partition_log.size_in_bytes,
+                offset_lag=lag, is_future_key=False)
+            topics.setdefault(tp[0], []).append(described)
+        results = []
+        for log_dir, topics in by_dir.items():
+            result = describe_log_dirs_response.DescribeLogDirsResult(
+                log_dir=log_dir, topics=[describe_log_dirs_response.DescribeLogDirsTopic(
+                    name=name, partitions=partitions) for name, partitions in topics.items()])
+            try:
+                space = os.statvfs(log_dir)
+            except OSError as e:
+                log.error("cannot describe log dir %s: %s", log_dir, e)
+                result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                result.topics = []
+            else:
+                result.total_bytes = space.f_blocks * space.f_frsize
+                result.usable_bytes = space.f_bavail * space.f_frsize
+            results.append(result)
+        return describe_log_dirs_response.DescribeLogDirsResponse(results=results)

@@ -1,9 +1,10 @@
 """KafkaServer: one broker, its components started and stopped in order.
 
-Start: log dirs checked against meta.properties -> metadata store -> logs loaded (and
-recovered after a crash) -> the controller hands partitions to the ReplicaManager ->
-listeners open. Stop (SIGTERM, SIGINT): listeners close and in-flight requests finish ->
-waiting fetches are released -> logs flushed, checkpointed, clean-shutdown marker written.
+Start: log dirs checked against meta.properties -> metadata store, and the dynamic broker
+configs kept there applied -> logs loaded (and recovered after a crash) -> the controller
+hands partitions to the ReplicaManager -> listeners open. Stop (SIGTERM, SIGINT): listeners
+close and in-flight requests finish -> waiting fetches are released -> logs flushed,
+checkpointed, clean-shutdown marker written.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from odradek.broker.admin import AdminManager
 from odradek.broker.apis import KafkaApis
+from odradek.broker.config_manager import load_dynamic_broker_configs
 from odradek.broker.producer_ids import ProducerIdManager
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.cluster.controller import Controller
@@ -46,6 +48,7 @@ class KafkaServer:
         store = EmbeddedMetadataStore(config.log_dirs[0])
         for log_dir in config.log_dirs:
             check_meta_properties(log_dir, config.node_id, store.cluster_id)
+        config = self.config = load_dynamic_broker_configs(config, store)
         controller = Controller(config.node_id, store)
         self.log_manager = LogManager(
             config.log_manager_config, config.log_config,
@@ -56,6 +59,7 @@ class KafkaServer:
         controller.startup(self.replica_manager)
         self._report_stray_logs(controller)
         admin = AdminManager(config, controller, self.replica_manager)
+        admin.configs.on_broker_config_change = self._broker_config_changed
         apis = KafkaApis(config, self.replica_manager, controller, admin,
                          ProducerIdManager(store))
         self.socket_server = SocketServer(
@@ -77,6 +81,13 @@ class KafkaServer:
             return None
         return self.config.log_config.with_overrides(metadata.configs)
 
+    def _broker_config_changed(self, config: BrokerConfig) -> None:
+        # Dynamic broker configs: the topic defaults apply at once; the other dynamic
+        # settings (log.cleaner.threads, producer.id.expiration.ms) at the next start.
+        self.config = config
+        assert self.replica_manager is not None
+        self.replica_manager.default_log_config_changed(config.log_config)
+
     def _report_stray_logs(self, controller: Controller) -> None:
         # Logs of topics the metadata does not know (e.g. a deletion interrupted by a
         # crash) are left on disk for the operator, as Kafka's stray logs are.
@@ -88,10 +99,10 @@ class KafkaServer:
 
     async def shutdown(self) -> None:
         log.info("broker %d shutting down", self.config.node_id)
+        if self.replica_manager is not None:
+            self.replica_manager.shutdown()  # waiting fetches answer now, not at max_wait
         if self.socket_server is not None:
             await self.socket_server.stop()
-        if self.replica_manager is not None:
-            self.replica_manager.shutdown()
         if self.log_manager is not None:
             self.log_manager.shutdown()
         log.info("broker %d stopped", self.config.node_id)

@@ -12,11 +12,18 @@ from uuid import UUID
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import KafkaError
+from odradek.storage.errors import OffsetOutOfRangeError
 from odradek.storage.log import FetchDataInfo, Log, LogAppendInfo
+
+HIGH_WATERMARK = -1  # DeleteRecords' offset meaning "up to the high watermark"
 
 
 class NotEnoughReplicasError(KafkaError):
     error_code = ErrorCode.NOT_ENOUGH_REPLICAS
+
+
+class PolicyViolationError(KafkaError):
+    error_code = ErrorCode.POLICY_VIOLATION
 
 
 @dataclass(slots=True)
@@ -74,6 +81,26 @@ class Partition:
         hw = self.high_watermark
         info = self.log.read(offset, max_bytes, hw if up_to_committed else None, min_one_message)
         return LogReadResult(info, hw, self.log.log_start_offset, self.log.log_end_offset)
+
+    def delete_records_on_leader(self, offset: int) -> int:
+        """DeleteRecords: records below `offset` (-1: the high watermark) become unreadable.
+        Returns the low watermark: the smallest log start offset among the ISR, here ours."""
+        log = self.log
+        if not log.config.delete:
+            raise PolicyViolationError(f"Records of partition {self.topic}-{self.index} can "
+                                       "not be deleted due to the configured policy")
+        if offset == HIGH_WATERMARK:
+            offset = self.high_watermark
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"The offset {offset} for partition "
+                                        f"{self.topic}-{self.index} is not valid")
+        if offset > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"Cannot increment the log start offset to {offset} of partition "
+                f"{self.topic}-{self.index} since it is larger than the high watermark "
+                f"{self.high_watermark}")
+        log.maybe_increment_log_start_offset(offset)
+        return log.log_start_offset
 
     def check_leader_epoch(self, current_leader_epoch: int) -> int:
         """The error for a request that names a leader epoch (-1: no check), KIP-320."""

@@ -17,7 +17,8 @@ from odradek.broker.partition import LogReadResult, Partition
 from odradek.cluster.metadata import PartitionState, TopicMetadata
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import KafkaError
-from odradek.storage.errors import OffsetOutOfRangeError, StorageError
+from odradek.storage.config import LogConfig
+from odradek.storage.errors import InvalidConfigError, OffsetOutOfRangeError, StorageError
 from odradek.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,16 @@ class ReplicaManager:
             if partition is not None:
                 partition.log.config = config
 
+    def default_log_config_changed(self, default: LogConfig) -> None:
+        """The broker's topic defaults changed (a dynamic broker config): every log takes
+        them, under its topic's overrides."""
+        self.log_manager.default_log_config = default
+        for partition_log in self.log_manager.logs():
+            try:
+                partition_log.config = self.log_manager.log_config(partition_log.topic)
+            except InvalidConfigError as e:  # e.g. its overrides clash with the new default
+                log.warning("%s keeps its log config: %s", partition_log.name, e)
+
     def delete_partition(self, topic: str, index: int) -> None:
         self.partitions.pop((topic, index), None)
         self.log_manager.delete_log(topic, index)
@@ -181,6 +192,27 @@ class ReplicaManager:
             log.exception("append to %s-%d failed", partition.topic, partition.index)
         return ProducePartitionResult(code, log_start_offset=partition.log.log_start_offset,
                                       error_message=str(e) or None)
+
+    # ---- records deletion -------------------------------------------------------------
+
+    def delete_records(self, offsets: dict[TopicPartition, int]
+                       ) -> dict[TopicPartition, tuple[int, int, str | None]]:
+        """DeleteRecords: per partition (error code, low watermark or -1, error message)."""
+        results: dict[TopicPartition, tuple[int, int, str | None]] = {}
+        for tp, offset in offsets.items():
+            partition = self.partitions.get(tp)
+            if partition is None:
+                results[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, None)
+                continue
+            try:
+                low_watermark = partition.delete_records_on_leader(offset)
+            except Exception as e:  # every failure is this partition's answer
+                if error_of(e) == ErrorCode.UNKNOWN_SERVER_ERROR:
+                    log.exception("deleting records of %s-%d failed", tp[0], tp[1])
+                results[tp] = (error_of(e), -1, str(e) or None)
+                continue
+            results[tp] = (ErrorCode.NONE, low_watermark, None)
+        return results
 
     # ---- fetch ------------------------------------------------------------------------
 

@@ -38,6 +38,10 @@ class InvalidReplicationFactorError(KafkaError):
     error_code = ErrorCode.INVALID_REPLICATION_FACTOR
 
 
+class InvalidReplicaAssignmentError(KafkaError):
+    error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+
+
 class UnknownTopicError(KafkaError):
     error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
@@ -101,22 +105,35 @@ class Controller:
                 f"replication factor {replication_factor} is larger than the number of "
                 f"available brokers ({len(self.live_brokers)})")
 
-    def _check_assignments(self, assignments: Mapping[int, list[int]],
-                           expected: range) -> None:
+    def _check_assignments(self, assignments: Mapping[int, list[int]], expected: range,
+                           replication_factor: int | None = None) -> None:
+        """Manual replica assignments, refused as Kafka's controller refuses them
+        (INVALID_REPLICA_ASSIGNMENT)."""
         if sorted(assignments) != list(expected):
-            raise InvalidRequestError(
+            raise InvalidReplicaAssignmentError(
                 f"replica assignments must be given for partitions {expected.start} to "
                 f"{expected.stop - 1}, in order")
-        sizes = {len(r) for r in assignments.values()}
-        if len(sizes) != 1:
-            raise InvalidReplicationFactorError("all partitions must have the same number "
-                                                "of replicas")
         for p, replicas in assignments.items():
+            if not replicas:
+                raise InvalidReplicaAssignmentError(
+                    f"The manual partition assignment of partition {p} is an empty replica "
+                    "list.")
+            if replication_factor is None:
+                replication_factor = len(replicas)
+            if len(replicas) != replication_factor:
+                raise InvalidReplicaAssignmentError(
+                    f"The manual partition assignment includes a partition with "
+                    f"{len(replicas)} replica(s), but this is inconsistent with previous "
+                    f"partitions, which have {replication_factor} replica(s).")
             if len(set(replicas)) != len(replicas):
-                raise InvalidRequestError(f"partition {p} lists a replica twice: {replicas}")
+                raise InvalidReplicaAssignmentError(
+                    f"The manual partition assignment of partition {p} lists a broker twice: "
+                    f"{replicas}")
             unknown = [r for r in replicas if r not in self.live_brokers]
             if unknown:
-                raise InvalidRequestError(f"partition {p} names unknown brokers {unknown}")
+                raise InvalidReplicaAssignmentError(
+                    f"The manual partition assignment includes broker {unknown[0]}, but no "
+                    "such broker is registered.")
 
     # ---- changes ----------------------------------------------------------------------
 
@@ -161,25 +178,29 @@ class Controller:
     def create_partitions(self, name: str, count: int,
                           assignments: list[list[int]] | None = None,
                           validate_only: bool = False) -> None:
+        """Adds partitions up to `count` (Kafka's messages and error codes)."""
         topic = self.topics.get(name)
         if topic is None:
             raise UnknownTopicError(f"topic {name!r} does not exist")
         current = len(topic.partitions)
-        if count <= current:
-            raise InvalidPartitionsError(
-                f"topic {name!r} has {current} partitions; the new count must be larger, "
-                f"not {count}")
+        if count == current:
+            raise InvalidPartitionsError(f"Topic already has {current} partition(s).")
+        if count < current:
+            raise InvalidPartitionsError(f"The topic {name} currently has {current} "
+                                         f"partition(s); {count} would not be an increase.")
         if count > MAX_PARTITIONS:
             raise InvalidPartitionsError(f"{count} partitions are too many")
         new = range(current, count)
         rf = len(next(iter(topic.partitions.values())).replicas)
         if assignments is not None:
             if len(assignments) != len(new):
-                raise InvalidRequestError(
-                    f"{len(assignments)} assignments given for {len(new)} new partitions")
+                raise InvalidReplicaAssignmentError(
+                    f"Attempted to add {len(new)} additional partition(s), but only "
+                    f"{len(assignments)} assignment(s) were specified.")
             given = dict(zip(new, assignments, strict=True))
-            self._check_assignments(given, new)
+            self._check_assignments(given, new, rf)
         else:
+            self.check_replication_factor(rf)
             given = self._assign(new, rf)
         if validate_only:
             return

@@ -37,6 +37,9 @@ TIME_INDEX_ENTRY_SIZE = 12  # the larger of the two index entries (offset index:
 CLEANUP_POLICIES = ("compact", "delete")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+GZIP_DEFAULT_LEVEL = -1  # java.util.zip.Deflater.DEFAULT_COMPRESSION
+ZSTD_MIN_LEVEL = -(2**17)  # zstd's fastest negative level, Zstd.minCompressionLevel()
+LOCAL_RETENTION_FROM_TOPIC = -2  # local.retention.*: use retention.ms / retention.bytes
 
 
 class ConfigType(IntEnum):
@@ -88,6 +91,22 @@ class OneOf:
 
     def __str__(self) -> str:
         return "must be one of " + ", ".join(self.values)
+
+
+@dataclass(frozen=True, slots=True)
+class RangeOr:
+    """A Range, or one value that means something else (gzip's level -1: the codec's own)."""
+
+    range: Range
+    value: int
+    meaning: str
+
+    def __call__(self, value: Any) -> bool:
+        return value == self.value or self.range(value)
+
+    def __str__(self) -> str:
+        return (f"must be {self.value} ({self.meaning}) or between {self.range.low} and "
+                f"{self.range.high}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,6 +448,56 @@ _KEYS_IN_ORDER = (
         OneOf(COMPRESSION_TYPES),
         _synonyms("compression.type"),
     ),
+    # The codec levels (KIP-390) are used when the broker compresses, which Odradek never
+    # does yet: it stores batches as the producer compressed them whatever compression.type.
+    ConfigKey(
+        "compression.gzip.level",
+        _T.INT,
+        GZIP_DEFAULT_LEVEL,
+        "The gzip level when the broker compresses batches with gzip. Not used yet: Odradek "
+        "stores batches as the producer compressed them.",
+        RangeOr(Range(1, 9), GZIP_DEFAULT_LEVEL, "the codec's default"),
+        _synonyms("compression.gzip.level"),
+    ),
+    ConfigKey(
+        "compression.lz4.level",
+        _T.INT,
+        9,
+        "The lz4 level when the broker compresses batches with lz4. Not used yet: Odradek "
+        "stores batches as the producer compressed them.",
+        Range(1, 17),
+        _synonyms("compression.lz4.level"),
+    ),
+    ConfigKey(
+        "compression.zstd.level",
+        _T.INT,
+        3,
+        "The zstd level when the broker compresses batches with zstd. Not used yet: Odradek "
+        "stores batches as the producer compressed them.",
+        Range(ZSTD_MIN_LEVEL, 22),
+        _synonyms("compression.zstd.level"),
+    ),
+    # Tiered storage (KIP-405): how long a segment stays on local disk once copied to remote
+    # storage. Odradek has no remote storage, so these are accepted and have no effect.
+    ConfigKey(
+        "local.retention.ms",
+        _T.LONG,
+        LOCAL_RETENTION_FROM_TOPIC,
+        "With tiered storage, how long a segment stays on local disk once it is copied to "
+        "remote storage; -2: retention.ms. Odradek has no tiered storage: no effect.",
+        Range(LOCAL_RETENTION_FROM_TOPIC),
+        _synonyms("log.local.retention.ms"),
+    ),
+    ConfigKey(
+        "local.retention.bytes",
+        _T.LONG,
+        LOCAL_RETENTION_FROM_TOPIC,
+        "With tiered storage, how large a partition's local segments may grow once they are "
+        "copied to remote storage; -2: retention.bytes. Odradek has no tiered storage: no "
+        "effect.",
+        Range(LOCAL_RETENTION_FROM_TOPIC),
+        _synonyms("log.local.retention.bytes"),
+    ),
 )
 
 TOPIC_CONFIGS: Mapping[str, ConfigKey] = MappingProxyType({k.name: k for k in _KEYS_IN_ORDER})
@@ -475,6 +544,11 @@ class LogConfig:
     unclean_leader_election_enable: bool = _default("unclean.leader.election.enable")
     min_insync_replicas: int = _default("min.insync.replicas")
     compression_type: str = _default("compression.type")
+    compression_gzip_level: int = _default("compression.gzip.level")
+    compression_lz4_level: int = _default("compression.lz4.level")
+    compression_zstd_level: int = _default("compression.zstd.level")
+    local_retention_ms: int = _default("local.retention.ms")
+    local_retention_bytes: int = _default("local.retention.bytes")
 
     def __post_init__(self) -> None:
         for key in TOPIC_CONFIGS.values():

@@ -280,3 +280,21 @@ def test_large_fetches_are_sent_from_the_files(tmp_path) -> None:  # type: ignor
     finally:
         broker.stop()
     assert "Traceback" not in broker.log_text()
+
+
+def test_sigterm_answers_waiting_fetches_and_exits_promptly(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    broker = BrokerProcess(tmp_path / "data").start()
+    try:
+        wire = Wire(broker.port)
+        wire.call(MetadataRequest(topics=[MetadataRequestTopic(name="quiet")],
+                                  allow_auto_topic_creation=True), 12)
+        wire.send(fetch_request("quiet", 0, max_wait_ms=60_000), 11)
+        time.sleep(0.2)  # the fetch is parked in the broker
+        started = time.monotonic()
+        assert broker.stop() == 0
+        assert time.monotonic() - started < 10  # not the fetch's 60 s
+        _, response = wire.receive(ApiKey.FETCH, 11)  # answered before the close
+        assert response.responses[0].partitions[0].error_code == 0  # type: ignore[attr-defined]
+        wire.close()
+    finally:
+        broker.kill()

@@ -1,0 +1,408 @@
+"""ConfigManager: DescribeConfigs, AlterConfigs and IncrementalAlterConfigs of topics and brokers.
+
+A topic's configs are its overrides, kept by the Controller in the metadata store; every
+other topic config takes the broker's topic default (log.retention.ms, ...). A broker's
+configs have three layers (BrokerConfig): server.properties, dynamic cluster-wide
+defaults (resource name "") and dynamic per-broker values (resource name: its node id).
+The dynamic layers live in the metadata store, are applied at once (the listener set in
+`on_broker_config_change` gets the new BrokerConfig) and are loaded again at start-up
+(`load_dynamic_broker_configs`).
+
+Errors are Kafka 4.0's (its ConfigAdminManager, ConfigHelper and the controller's
+ConfigurationControlManager): a resource named twice, a config named twice in one resource,
+a null value or a broker resource naming another broker is INVALID_REQUEST; a broker change
+Kafka's DynamicBrokerConfig refuses (not dynamic, a bad value) is INVALID_REQUEST too; a
+topic config that is unknown or invalid is INVALID_CONFIG, as is APPEND or SUBTRACT on a
+config that is not a list; an unknown topic is UNKNOWN_TOPIC_OR_PARTITION.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from enum import IntEnum
+from typing import Any, cast
+
+from odradek.cluster.controller import Controller, InvalidRequestError, UnknownTopicError
+from odradek.cluster.metadata import MetadataStore
+from odradek.cluster.topics import validate_topic_name
+from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.exceptions import KafkaError
+from odradek.protocol.framing import Request
+from odradek.protocol.message import Message
+from odradek.protocol.messages import (
+    alter_configs_request,
+    alter_configs_response,
+    describe_configs_request,
+    describe_configs_response,
+    incremental_alter_configs_request,
+    incremental_alter_configs_response,
+)
+from odradek.server.config import (
+    BROKER_CONFIGS,
+    BrokerConfig,
+    ConfigEntry,
+    ConfigSource,
+    ConfigSynonym,
+)
+from odradek.server.network import RequestContext
+from odradek.storage.config import TOPIC_CONFIGS, ConfigType, LogConfig
+from odradek.storage.errors import InvalidConfigError
+
+log = logging.getLogger(__name__)
+
+# Dynamic broker configs in the metadata store's flat map, as "<entity>/<name>": the entity
+# is "<default>" for the cluster-wide layer (Kafka's name for it, /config/brokers/<default>)
+# or a node id.
+CLUSTER_DEFAULT_ENTITY = "<default>"
+_INTEGER = re.compile(r"[+-]?\d+")  # what Java's Integer.parseInt takes
+
+
+class ResourceType(IntEnum):
+    """ConfigResource types (DescribeConfigs, AlterConfigs)."""
+
+    TOPIC = 2
+    BROKER = 4
+    BROKER_LOGGER = 8
+
+
+class AlterConfigOp(IntEnum):
+    """IncrementalAlterConfigs' operations."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+_OPERATIONS = frozenset(op.value for op in AlterConfigOp)
+
+
+class InvalidConfigurationError(KafkaError):
+    """Kafka's InvalidConfigurationException: INVALID_CONFIG about no one setting's value
+    (storage's InvalidConfigError names the setting whose value is refused)."""
+
+    error_code = ErrorCode.INVALID_CONFIG
+
+
+BrokerConfigListener = Callable[[BrokerConfig], None]
+
+
+class ConfigManager:
+    def __init__(self, config: BrokerConfig, controller: Controller) -> None:
+        self.config = config  # the one in force, dynamic layers included
+        self.controller = controller
+        self.on_broker_config_change: BrokerConfigListener | None = None
+
+    @property
+    def store(self) -> MetadataStore:
+        return self.controller.store
+
+    def handlers(self) -> dict[int, Callable[[Request, RequestContext], Any]]:
+        return {
+            ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
+            ApiKey.ALTER_CONFIGS: self.handle_alter_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
+        }
+
+    # ---- topic configs ----------------------------------------------------------------
+
+    def validate_topic_configs(self, configs: Mapping[str, str | None]) -> LogConfig:
+        """The topic's LogConfig from its overrides; InvalidConfigError names a bad key."""
+        values = {k: v for k, v in configs.items() if v is not None}
+        return LogConfig.from_properties(values, defaults=self.config.log_config)
+
+    def topic_config_entries(self, overrides: Mapping[str, str],
+                             names: Iterable[str] | None = None) -> list[ConfigEntry]:
+        """Every topic config (or those of `names`) of a topic with these overrides, as
+        DescribeConfigs and CreateTopics v5+ list them: the value in force, where it comes
+        from, and its synonyms (the override, then the broker settings that supply the
+        default, highest precedence first)."""
+        wanted = None if names is None else set(names)
+        keys = [k for k in TOPIC_CONFIGS.values() if wanted is None or k.name in wanted]
+        effective = self.validate_topic_configs(overrides)
+        broker = {e.name: e for e in self.config.describe(k.synonyms[0].name for k in keys
+                                                          if k.synonyms)}
+        entries = []
+        for key in keys:
+            value = key.format(getattr(effective, key.attr))
+            synonyms: list[ConfigSynonym] = []
+            if key.name in overrides:
+                synonyms.append(ConfigSynonym(key.name, value, ConfigSource.TOPIC_CONFIG))
+            if key.synonyms:
+                synonyms += broker[key.synonyms[0].name].synonyms
+            entries.append(ConfigEntry(
+                name=key.name, value=value,
+                source=synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG,
+                read_only=False, is_sensitive=False, config_type=int(key.type),
+                documentation=key.doc, synonyms=tuple(synonyms),
+            ))
+        return entries
+
+    # ---- DescribeConfigs --------------------------------------------------------------
+
+    def handle_describe_configs(self, request: Request, context: RequestContext) -> Message:
+        body = cast(describe_configs_request.DescribeConfigsRequest, request.body)
+        results = []
+        for resource in body.resources:
+            result = describe_configs_response.DescribeConfigsResult(
+                resource_type=resource.resource_type, resource_name=resource.resource_name,
+                error_message=None)
+            names = resource.configuration_keys or None  # null or empty: all of them
+            try:
+                entries = self._describe(resource.resource_type, resource.resource_name, names)
+            except KafkaError as e:
+                result.error_code = int(e.error_code)
+                result.error_message = str(e) or None
+                results.append(result)
+                continue
+            if entries is None:  # Kafka answers an unknown topic without a message
+                result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                result.configs = [_describe_entry(e, body.include_synonyms,
+                                                  body.include_documentation) for e in entries]
+            results.append(result)
+        return describe_configs_response.DescribeConfigsResponse(results=results)
+
+    def _describe(self, resource_type: int, name: str, names: list[str] | None
+                  ) -> list[ConfigEntry] | None:
+        if resource_type == ResourceType.TOPIC:
+            validate_topic_name(name)
+            topic = self.controller.topics.get(name)
+            if topic is None:
+                return None
+            return self.topic_config_entries(topic.configs, names)
+        if resource_type == ResourceType.BROKER:
+            if name == "":
+                # Kafka lists the cluster-wide defaults with only their dynamic default
+                # synonyms (ConfigHelper.createBrokerConfigEntry, perBrokerConfig=false).
+                return [replace(e, synonyms=tuple(
+                    s for s in e.synonyms
+                    if s.source is ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
+                    for e in self.config.describe(names, cluster_default=True)]
+            if self._broker_id(name, "Broker") != self.config.node_id:
+                raise InvalidRequestError(f"Unexpected broker id, expected "
+                                          f"{self.config.node_id} or empty string, but "
+                                          f"received {name}")
+            return self.config.describe(names)
+        raise InvalidRequestError(f"Unsupported resource type: {_type_name(resource_type)}")
+
+    @staticmethod
+    def _broker_id(name: str, what: str) -> int:
+        if not _INTEGER.fullmatch(name):
+            raise InvalidRequestError(f"{what} id must be an integer, but it is: {name}")
+        return int(name)
+
+    # ---- AlterConfigs and IncrementalAlterConfigs -------------------------------------
+
+    def handle_alter_configs(self, request: Request, context: RequestContext) -> Message:
+        """Legacy AlterConfigs: each resource's overrides become exactly those given."""
+        body = cast(alter_configs_request.AlterConfigsRequest, request.body)
+        errors = self._alter_all(body.resources, body.validate_only, incremental=False)
+        return alter_configs_response.AlterConfigsResponse(responses=[
+            alter_configs_response.AlterConfigsResourceResponse(
+                error_code=code, error_message=message, resource_type=r.resource_type,
+                resource_name=r.resource_name)
+            for r, (code, message) in zip(body.resources, errors, strict=True)
+        ])
+
+    def handle_incremental_alter_configs(self, request: Request, context: RequestContext
+                                         ) -> Message:
+        body = cast(incremental_alter_configs_request.IncrementalAlterConfigsRequest, request.body)
+        errors = self._alter_all(body.resources, body.validate_only, incremental=True)
+        return incremental_alter_configs_response.IncrementalAlterConfigsResponse(responses=[
+            incremental_alter_configs_response.AlterConfigsResourceResponse(
+                error_code=code, error_message=message, resource_type=r.resource_type,
+                resource_name=r.resource_name)
+            for r, (code, message) in zip(body.resources, errors, strict=True)
+        ])
+
+    def _alter_all(self, resources: list[Any], validate_only: bool, *, incremental: bool
+                   ) -> list[tuple[int, str | None]]:
+        ids = [(r.resource_type, r.resource_name) for r in resources]
+        errors: list[tuple[int, str | None]] = []
+        for r, rid in zip(resources, ids, strict=True):
+            try:
+                if ids.count(rid) > 1:
+                    raise InvalidRequestError("Each resource must appear at most once.")
+                self._alter(r, validate_only, incremental)
+            except KafkaError as e:
+                log.info("cannot alter the configs of %s %r: %s", _type_name(r.resource_type),
+                         r.resource_name, e)
+                errors.append((int(e.error_code), str(e) or None))
+                continue
+            errors.append((ErrorCode.NONE, None))
+        return errors
+
+    def _alter(self, resource: Any, validate_only: bool, incremental: bool) -> None:
+        configs = resource.configs
+        names = [c.name for c in configs]
+        if len(set(names)) != len(names):
+            raise InvalidRequestError("Error due to duplicate config keys")
+        nulls = [c.name for c in configs if c.value is None and not (
+            incremental and c.config_operation == AlterConfigOp.DELETE)]
+        if nulls:
+            raise InvalidRequestError("Null value not supported for : " + ", ".join(nulls))
+        if incremental:
+            for c in configs:
+                if c.config_operation not in _OPERATIONS:
+                    raise InvalidRequestError(f"Unknown operations type {c.config_operation}")
+        kind, name = resource.resource_type, resource.resource_name
+        if kind == ResourceType.TOPIC:
+            self._alter_topic(name, configs, validate_only, incremental)
+        elif kind == ResourceType.BROKER:
+            self._alter_broker(name, configs, validate_only, incremental)
+        else:
+            raise InvalidRequestError(f"Unknown resource type {kind}")
+
+    def _alter_topic(self, name: str, configs: list[Any], validate_only: bool,
+                     incremental: bool) -> None:
+        validate_topic_name(name)
+        topic = self.controller.topics.get(name)
+        current = dict(topic.configs) if topic is not None else {}
+        if incremental:
+            overrides = _apply_ops(current, configs, _topic_list_default)
+        else:
+            overrides = {c.name: c.value for c in configs}
+        # As Kafka's controller: the values are checked first (InvalidConfigError is
+        # INVALID_CONFIG), then that the topic exists.
+        self.validate_topic_configs(overrides)
+        if topic is None:
+            raise UnknownTopicError(f"topic {name!r} does not exist")
+        if validate_only or overrides == current:
+            return
+        self.controller.alter_topic_configs(name, overrides)
+        log.info("topic %s: configs now %s", name, overrides)
+
+    def _alter_broker(self, name: str, configs: list[Any], validate_only: bool,
+                      incremental: bool) -> None:
+        cluster_default = name == ""
+        if not cluster_default and self._broker_id(name, "Node") != self.config.node_id:
+            raise InvalidRequestError(f"Unexpected broker id, expected {self.config.node_id}, "
+                                      f"but received {name}")
+        config = self.config
+        current = dict(config.dynamic_defaults if cluster_default else config.dynamic)
+        if incremental:
+            layer = _apply_ops(current, configs, _broker_list_default)
+        else:
+            layer = {c.name: c.value for c in configs}
+        updates: dict[str, str | None] = {k: None for k in current if k not in layer}
+        updates.update((k, v) for k, v in layer.items() if current.get(k) != v)
+        try:
+            new = config.with_dynamic(updates, cluster_default=cluster_default)
+        except InvalidConfigError as e:
+            # Kafka answers INVALID_REQUEST whenever DynamicBrokerConfig refuses a change
+            # (KAFKA-13609), whether the config is static, unknown or its value bad.
+            raise InvalidRequestError(str(e)) from None
+        if validate_only or not updates:
+            return
+        self._store_broker_layers(new)
+        self.config = new
+        log.info("broker %s: dynamic configs %s now %s", self.config.node_id,
+                 "cluster-wide" if cluster_default else "of this broker", layer)
+        if self.on_broker_config_change is not None:
+            self.on_broker_config_change(new)
+
+    def _store_broker_layers(self, config: BrokerConfig) -> None:
+        stored = {k: v for k, v in self.store.broker_configs().items()
+                  if _entity(k) not in (CLUSTER_DEFAULT_ENTITY, str(config.node_id))}
+        for entity, layer in ((CLUSTER_DEFAULT_ENTITY, config.dynamic_defaults),
+                              (str(config.node_id), config.dynamic)):
+            stored.update((f"{entity}/{k}", v) for k, v in layer.items())
+        self.store.set_broker_configs(stored)
+
+
+def load_dynamic_broker_configs(config: BrokerConfig, store: MetadataStore) -> BrokerConfig:
+    """`config` with the dynamic broker configs kept in the metadata store applied, at
+    start-up. One that no longer applies (e.g. after an upgrade) is skipped with a warning
+    rather than keeping the broker down, as Kafka does."""
+    stored = store.broker_configs()
+    for entity, cluster_default in ((CLUSTER_DEFAULT_ENTITY, True),
+                                    (str(config.node_id), False)):
+        layer = {k.split("/", 1)[1]: v for k, v in stored.items() if _entity(k) == entity}
+        while layer:
+            try:
+                config = config.with_dynamic(layer, cluster_default=cluster_default)
+            except InvalidConfigError as e:
+                log.warning("ignoring the stored dynamic broker config %s: %s", e.key, e)
+                if layer.pop(e.key, None) is None:  # a rule spanning layers: drop them all
+                    log.warning("ignoring the stored dynamic broker configs %s", layer)
+                    layer = {}
+                continue
+            log.info("dynamic broker configs (%s): %s",
+                     "cluster-wide" if cluster_default else f"broker {entity}", layer)
+            break
+    return config
+
+
+def _entity(key: str) -> str:
+    return key.split("/", 1)[0]
+
+
+def _apply_ops(current: Mapping[str, str], configs: list[Any],
+               list_default: Callable[[str, AlterConfigOp], str | None]) -> dict[str, str]:
+    """IncrementalAlterConfigs' operations applied to a resource's explicit configs.
+    APPEND and SUBTRACT work on the items of a list config, starting from its default
+    when the resource does not set it."""
+    result = dict(current)
+    for c in configs:
+        op = AlterConfigOp(c.config_operation)
+        if op is AlterConfigOp.SET:
+            result[c.name] = c.value
+        elif op is AlterConfigOp.DELETE:
+            result.pop(c.name, None)
+        else:
+            old = result.get(c.name)
+            if old is None:
+                old = list_default(c.name, op)
+            items = [item for item in (old or "").split(",") if item]
+            for item in c.value.split(","):
+                if op is AlterConfigOp.APPEND and item not in items:
+                    items.append(item)
+                elif op is AlterConfigOp.SUBTRACT and item in items:
+                    items.remove(item)
+            result[c.name] = ",".join(items)
+    return result
+
+
+def _topic_list_default(name: str, op: AlterConfigOp) -> str | None:
+    """The value a topic's list config starts from when the topic does not set it: the
+    topic config's own default, not the broker's (as Kafka's controller does)."""
+    key = TOPIC_CONFIGS.get(name)
+    if key is None or key.type is not ConfigType.LIST:
+        raise InvalidConfigurationError(f"Can't {op.name} to key {name} because its type is "
+                                        "not LIST.")
+    return key.format(key.default)
+
+
+def _broker_list_default(name: str, op: AlterConfigOp) -> str | None:
+    key = BROKER_CONFIGS.get(name)
+    if key is None:
+        raise InvalidConfigurationError(f"Unknown config name: {name}")
+    if key.type is not ConfigType.LIST:
+        raise InvalidConfigurationError(f"Config value {op.name.lower()} is not allowed for "
+                                        f"config key: {name}")
+    return None if key.default is None else key.format(key.default)
+
+
+def _describe_entry(entry: ConfigEntry, include_synonyms: bool, include_documentation: bool
+                    ) -> describe_configs_response.DescribeConfigsResourceResult:
+    return describe_configs_response.DescribeConfigsResourceResult(
+        name=entry.name, value=entry.value, read_only=entry.read_only,
+        config_source=int(entry.source), is_sensitive=entry.is_sensitive,
+        synonyms=[describe_configs_response.DescribeConfigsSynonym(
+            name=s.name, value=s.value, source=int(s.source)) for s in entry.synonyms]
+        if include_synonyms else [],
+        config_type=entry.config_type,
+        documentation=entry.documentation if include_documentation else None,
+    )
+
+
+def _type_name(resource_type: int) -> str:
+    try:
+        return ResourceType(resource_type).name
+    except ValueError:
+        return str(resource_type)

@@ -1,0 +1,133 @@
+"""ConfigManager without a network: IncrementalAlterConfigs' list operations, dynamic broker
+configs kept in the metadata store and loaded again, and what a change tells the broker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from odradek.broker.config_manager import (
+    AlterConfigOp,
+    ConfigManager,
+    _apply_ops,
+    _topic_list_default,
+    load_dynamic_broker_configs,
+)
+from odradek.cluster.controller import Controller
+from odradek.cluster.embedded import EmbeddedMetadataStore
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.exceptions import KafkaError
+from odradek.protocol.framing import decode_request, encode_request
+from odradek.protocol.messages import incremental_alter_configs_request as iac
+from odradek.server.config import BrokerConfig, ConfigSource
+
+BROKER = 4
+
+
+class NoPartitions:
+    """The controller's PartitionListener, for a broker without logs."""
+
+    def become_leader(self, topic: Any, partitions: list[int]) -> None: ...
+
+    def remove_partitions(self, topic: Any) -> None: ...
+
+    def topic_config_changed(self, topic: Any) -> None: ...
+
+
+def manager(tmp_path: Path, config: BrokerConfig | None = None) -> ConfigManager:
+    controller = Controller(1, EmbeddedMetadataStore(tmp_path))
+    controller.startup(NoPartitions())
+    return ConfigManager(config or BrokerConfig.default(), controller)
+
+
+def incremental(configs: ConfigManager, name: str, ops: list[tuple[str, int, str | None]],
+                validate_only: bool = False) -> tuple[int, str | None]:
+    body = iac.IncrementalAlterConfigsRequest(validate_only=validate_only, resources=[
+        iac.AlterConfigsResource(resource_type=BROKER, resource_name=name, configs=[
+            iac.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops])])
+    request = decode_request(encode_request(body, 1, correlation_id=1)[4:])
+    (response,) = configs.handle_incremental_alter_configs(request, None).responses  # type: ignore[arg-type,attr-defined]
+    return response.error_code, response.error_message
+
+
+class Op:
+    def __init__(self, name: str, op: AlterConfigOp, value: str | None) -> None:
+        self.name, self.config_operation, self.value = name, op, value
+
+
+def test_list_operations_start_from_kafkas_default() -> None:
+    ops = [Op("cleanup.policy", AlterConfigOp.APPEND, "compact,delete")]
+    assert _apply_ops({}, ops, _topic_list_default) == {"cleanup.policy": "delete,compact"}
+    ops = [Op("cleanup.policy", AlterConfigOp.SUBTRACT, "delete")]
+    assert _apply_ops({}, ops, _topic_list_default) == {"cleanup.policy": ""}  # neither
+    ops = [Op("cleanup.policy", AlterConfigOp.SUBTRACT, "compact"),
+           Op("retention.ms", AlterConfigOp.DELETE, None),
+           Op("segment.ms", AlterConfigOp.SET, "100")]
+    current = {"cleanup.policy": "compact,delete", "retention.ms": "5"}
+    assert _apply_ops(current, ops, _topic_list_default) == {"cleanup.policy": "delete",
+                                                             "segment.ms": "100"}
+    with pytest.raises(KafkaError) as info:
+        _apply_ops({}, [Op("retention.ms", AlterConfigOp.APPEND, "1")], _topic_list_default)
+    assert info.value.error_code == ErrorCode.INVALID_CONFIG
+    assert str(info.value) == "Can't APPEND to key retention.ms because its type is not LIST."
+
+
+def test_broker_changes_are_stored_and_announced(tmp_path: Path) -> None:
+    configs = manager(tmp_path)
+    announced: list[BrokerConfig] = []
+    configs.on_broker_config_change = announced.append
+    set_retention = [("log.retention.ms", AlterConfigOp.SET, "1000")]
+
+    assert incremental(configs, "", set_retention, validate_only=True) == (0, None)
+    assert announced == [] and configs.store.broker_configs() == {}
+
+    assert incremental(configs, "", set_retention) == (0, None)
+    assert incremental(configs, "1", [("message.max.bytes", AlterConfigOp.SET, "5000")]) == (
+        0, None)
+    assert configs.store.broker_configs() == {"<default>/log.retention.ms": "1000",
+                                              "1/message.max.bytes": "5000"}
+    assert [c.log_config.retention_ms for c in announced] == [1000, 1000]
+    assert announced[-1].log_config.max_message_bytes == 5000
+    assert configs.config is announced[-1]
+    (entry,) = configs.topic_config_entries({}, ["retention.ms"])
+    assert (entry.value, entry.source) == ("1000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+
+    # Refused changes leave everything as it was.
+    assert incremental(configs, "1", [("num.partitions", AlterConfigOp.SET, "2")])[0] == (
+        ErrorCode.INVALID_REQUEST)
+    assert incremental(configs, "1", [("log.cleanup.policy", AlterConfigOp.APPEND, "nope")])[
+        0] == ErrorCode.INVALID_REQUEST
+    assert len(announced) == 2
+
+    # APPEND on a broker list config starts from its default.
+    assert incremental(configs, "", [("log.cleanup.policy", AlterConfigOp.APPEND, "compact")]
+                       ) == (0, None)
+    assert configs.config.dynamic_defaults["log.cleanup.policy"] == "delete,compact"
+
+    # What is stored comes back at the next start, on top of server.properties.
+    static = BrokerConfig.from_properties({"log.retention.hours": "5"})
+    loaded = load_dynamic_broker_configs(static, EmbeddedMetadataStore(tmp_path))
+    assert loaded.dynamic_defaults == {"log.retention.ms": "1000",
+                                       "log.cleanup.policy": "delete,compact"}
+    assert loaded.dynamic == {"message.max.bytes": "5000"}
+    assert loaded.properties == {"log.retention.hours": "5"}
+    assert loaded.log_config.retention_ms == 1000
+
+
+def test_stored_configs_that_no_longer_apply_are_skipped(tmp_path: Path,
+                                                         caplog: pytest.LogCaptureFixture
+                                                         ) -> None:
+    store = EmbeddedMetadataStore(tmp_path)
+    store.set_broker_configs({
+        "<default>/log.retention.ms": "1000",
+        "<default>/num.partitions": "3",  # not dynamic
+        "1/no.such.config": "1",
+        "1/log.segment.bytes": "2000000",
+        "2/log.retention.ms": "7",  # another broker's
+    })
+    loaded = load_dynamic_broker_configs(BrokerConfig.default(), store)
+    assert loaded.dynamic_defaults == {"log.retention.ms": "1000"}
+    assert loaded.dynamic == {"log.segment.bytes": "2000000"}
+    assert "num.partitions" in caplog.text and "no.such.config" in caplog.text
