@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from odradek.broker.admin import AdminManager
 from odradek.broker.fetch_session import FetchSessionCache
@@ -23,6 +23,7 @@ from odradek.broker.replica_manager import (
     ReplicaManager,
 )
 from odradek.cluster.controller import Controller
+from odradek.cluster.metadata import TopicMetadata
 from odradek.cluster.topics import is_internal, validate_topic_name
 from odradek.protocol.api_keys import API_SPECS, ApiKey
 from odradek.protocol.errors import ErrorCode
@@ -38,6 +39,12 @@ from odradek.protocol.messages import (
     metadata_response,
     produce_response,
 )
+from odradek.protocol.messages.describe_cluster_request import DescribeClusterRequest
+from odradek.protocol.messages.fetch_request import FetchRequest
+from odradek.protocol.messages.init_producer_id_request import InitProducerIdRequest
+from odradek.protocol.messages.list_offsets_request import ListOffsetsRequest
+from odradek.protocol.messages.metadata_request import MetadataRequest
+from odradek.protocol.messages.produce_request import ProduceRequest
 from odradek.protocol.primitives import ZERO_UUID
 from odradek.server.config import BrokerConfig
 from odradek.server.network import CloseConnection, RequestContext
@@ -58,7 +65,7 @@ _NOT_REQUESTED = -(2**31)
 # Kafka 4.0 removed the deprecated versions (KIP-896), except Produce v3-v6: librdkafka
 # before 2.10 uses record batches (magic 2) only with a broker that accepts Produce v3, so
 # Kafka kept them; with a floor of 7, kcat on Debian (librdkafka 2.0) sends magic 0.
-_FLOOR_OVERRIDES = {ApiKey.PRODUCE: 3}
+_FLOOR_OVERRIDES: dict[int, int] = {ApiKey.PRODUCE: 3}
 
 
 def supported_range(api_key: int) -> tuple[int, int]:
@@ -123,7 +130,7 @@ class KafkaApis:
         return self.advertised[context.listener_name]
 
     def handle_metadata(self, request: Request, context: RequestContext) -> Message:
-        body = request.body
+        body = cast(MetadataRequest, request.body)
         version = request.api_version
         controller = self.controller
         requested = body.topics
@@ -162,7 +169,7 @@ class KafkaApis:
                         ) -> metadata_response.MetadataResponseTopic:
         topic = self.controller.topics.get(name)
         if topic is None:
-            error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            error: int = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             if allow_create and not is_internal(name):
                 topic, error = self._auto_create(name)
             if topic is None:
@@ -178,7 +185,7 @@ class KafkaApis:
             name=name, topic_id=topic.topic_id, is_internal=is_internal(name),
             partitions=partitions)
 
-    def _auto_create(self, name: str):  # type: ignore[no-untyped-def]
+    def _auto_create(self, name: str) -> tuple[TopicMetadata | None, int]:
         try:
             validate_topic_name(name)
             topic = self.controller.create_topic(
@@ -189,7 +196,7 @@ class KafkaApis:
         return topic, ErrorCode.NONE
 
     def handle_describe_cluster(self, request: Request, context: RequestContext) -> Message:
-        body = request.body
+        body = cast(DescribeClusterRequest, request.body)
         if body.endpoint_type not in (0, 1):  # 1: brokers; 2: KRaft controllers
             return describe_cluster_response.DescribeClusterResponse(
                 error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
@@ -210,7 +217,7 @@ class KafkaApis:
     # ---- Produce ----------------------------------------------------------------------
 
     def handle_produce(self, request: Request, context: RequestContext) -> Message | None:
-        body = request.body
+        body = cast(ProduceRequest, request.body)
         acks = body.acks
         entries: dict[tuple[str, int], Any] = {}
         errors: dict[tuple[str, int], tuple[int, str | None]] = {}
@@ -257,7 +264,7 @@ class KafkaApis:
     # ---- Fetch ------------------------------------------------------------------------
 
     async def handle_fetch(self, request: Request, context: RequestContext) -> Message:
-        body = request.body
+        body = cast(FetchRequest, request.body)
         version = request.api_version
         by_id = version >= 13
         topics_by_id = self.controller.topics_by_id
@@ -272,7 +279,7 @@ class KafkaApis:
                 requested.append(((name, p.partition), t.topic_id,
                                   FetchPartitionRequest(p.fetch_offset, p.partition_max_bytes,
                                                         p.current_leader_epoch)))
-        forgotten = []
+        forgotten: list[tuple[str, int]] = []
         for f in body.forgotten_topics_data:
             name = f.topic
             if by_id:
@@ -292,7 +299,9 @@ class KafkaApis:
             max_bytes=min(body.max_bytes, self.config.fetch_max_bytes),
             isolation_level=body.isolation_level, requests=reads,
         )
-        aborted = [] if body.isolation_level == READ_COMMITTED else None
+        # read_committed consumers get the (so far always empty) aborted transactions list.
+        aborted: list[fetch_response.AbortedTransaction] | None = (
+            [] if body.isolation_level == READ_COMMITTED else None)
         responses: list[fetch_response.FetchableTopicResponse] = []
         for (name, index), topic_id, r in context_.response_partitions(results):
             error = r.error_code
@@ -302,7 +311,7 @@ class KafkaApis:
                 partition_index=index, error_code=error, high_watermark=r.high_watermark,
                 last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
                 aborted_transactions=aborted,
-                records=FileRecords(r.slices) if r.slices else b"",
+                records=FileRecords(r.slices) if r.slices else b"",  # type: ignore[arg-type]
             )
             last = responses[-1] if responses else None
             if last is not None and last.topic == name and last.topic_id == topic_id:
@@ -315,7 +324,7 @@ class KafkaApis:
     # ---- ListOffsets ------------------------------------------------------------------
 
     def handle_list_offsets(self, request: Request, context: RequestContext) -> Message:
-        body = request.body
+        body = cast(ListOffsetsRequest, request.body)
         consumer = body.replica_id == CONSUMER_REPLICA_ID
         topics = []
         for t in body.topics:
@@ -365,7 +374,7 @@ class KafkaApis:
     # ---- InitProducerId ----------------------------------------------------------------
 
     def handle_init_producer_id(self, request: Request, context: RequestContext) -> Message:
-        body = request.body
+        body = cast(InitProducerIdRequest, request.body)
         if body.transactional_id is not None:
             return init_producer_id_response.InitProducerIdResponse(
                 error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, producer_id=-1,

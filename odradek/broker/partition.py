@@ -109,8 +109,3 @@ class Partition:
         if current_leader_epoch > self.leader_epoch:
             return ErrorCode.UNKNOWN_LEADER_EPOCH
         return ErrorCode.FENCED_LEADER_EPOCH
-
-    def truncate_high_watermark_on_log_change(self) -> None:
-        """After DeleteRecords or retention moved the log start past it, or truncation."""
-        self.high_watermark = min(max(self.high_watermark, self.log.log_start_offset),
-                                  self.log.log_end_offset)

@@ -20,6 +20,7 @@ from odradek.protocol.exceptions import KafkaError
 from odradek.storage.config import LogConfig
 from odradek.storage.errors import InvalidConfigError, OffsetOutOfRangeError, StorageError
 from odradek.storage.log_manager import LogManager
+from odradek.storage.segment import FileSlice
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class FetchPartitionResult:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    slices: list = field(default_factory=list)  # FileSlices of the records
+    slices: list[FileSlice] = field(default_factory=list)  # the records, in the files
     size: int = 0
 
 

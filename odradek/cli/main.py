@@ -1,7 +1,9 @@
 """`odradek`: the operator's command.
 
-Subcommands grow with the platform. Today: what the wire protocol speaks (`apis`),
-what an error code means (`errors`), and a look inside a captured request (`decode`).
+Subcommands grow with the platform. Today: run a broker (`serve`); manage topics
+(`topics`), write and read records (`produce`, `consume`) through librdkafka; and for the
+protocol: what it speaks (`apis`), what an error code means (`errors`), and a look inside
+a captured request (`decode`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from odradek import __version__
-from odradek.cli import serve
+from odradek.cli import consume, produce, serve, topics
 from odradek.protocol.api_keys import API_SPECS
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
@@ -88,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     decode.set_defaults(run=_cmd_decode)
 
     serve.register(commands)
+    topics.register(commands)
+    produce.register(commands)
+    consume.register(commands)
     return parser
 
 

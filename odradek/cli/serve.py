@@ -8,7 +8,6 @@ import logging
 import os
 import sys
 
-from odradek.broker.kafka_server import KafkaServer
 from odradek.server.config import BrokerConfig, load_properties
 from odradek.storage.errors import InvalidConfigError, StorageError
 
@@ -45,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     except InvalidConfigError as e:
         print(f"odradek serve: invalid configuration: {e}", file=sys.stderr)
         return 2
+    from odradek.broker.kafka_server import KafkaServer  # here: client commands start faster
+
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(KafkaServer(config).run())

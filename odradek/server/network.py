@@ -278,12 +278,12 @@ class KafkaConnection(asyncio.Protocol):
             return None
         return encode_response_parts(api, response, version, header.correlation_id)
 
-    def _refuse(self, why: str) -> None:
+    def _refuse(self, why: str) -> list[Part] | None:
         # Kafka cannot answer a request it cannot parse: it closes the connection.
         log.warning("closing connection %d from %s:%d: %s", self.id, *self.peer, why)
         self._stopping = True
         self.abort()
-        return None
+        return None  # nothing to send
 
     async def _write(self, parts: list[Part]) -> None:
         transport = self.transport

@@ -25,8 +25,11 @@ SENDFILE_THRESHOLD = 64 * 1024
 class FileRegion(Protocol):
     """A run of bytes in a file: storage's FileSlice is one."""
 
-    position: int
-    length: int
+    @property
+    def position(self) -> int: ...
+
+    @property
+    def length(self) -> int: ...
 
     def fileno(self) -> int: ...
 
@@ -56,7 +59,7 @@ class ResponseOutput(bytearray):
         super().__init__()
         self.deferred: list[tuple[int, FileRecords]] = []  # (position in self, records)
 
-    def __iadd__(self, value):  # type: ignore[no-untyped-def, override]
+    def __iadd__(self, value):  # type: ignore[no-untyped-def, override, misc]
         if isinstance(value, FileRecords):
             if len(value) < SENDFILE_THRESHOLD:
                 for region in value.regions:

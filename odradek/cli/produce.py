@@ -1,0 +1,266 @@
+"""`odradek produce TOPIC`: one record per line of stdin or a file.
+
+Lines are bytes: what comes in is what is stored, minus the line ending. A key may come
+before a separator, headers before a delimiter (Kafka's console producer's
+parse.headers format: `k1:v1,k2:v2<TAB>key<SEP>value`), and --header adds headers to
+every record. Keyed records use librdkafka's murmur2_random partitioner, which puts a key
+on the partition the Java client would pick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from odradek.cli.client import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    CliError,
+    ErrorRecorder,
+    client_config,
+    command,
+    common_options,
+    describe_error,
+    key_value,
+    make_client,
+    timeout_of,
+    unescape,
+)
+from odradek.cli.output import print_json
+
+Header = tuple[str, bytes | None]
+MAX_ERRORS_SHOWN = 5
+
+
+def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    produce = commands.add_parser(
+        "produce", parents=[common_options("how long a record may take to be delivered, "
+                                           "e.g. 10s (default 30s)")],
+        help="send each line of stdin (or a file) as a record",
+        description="Send each line of stdin (or --file) to TOPIC as one record. "
+        "Separators take escapes such as \\t.")
+    produce.add_argument("topic", metavar="TOPIC")
+    produce.add_argument("-f", "--file", metavar="FILE", help="read lines from FILE, not stdin")
+    produce.add_argument("-K", "--key-separator", metavar="SEP",
+                         help="each line is KEY SEP VALUE (split at the first SEP)")
+    produce.add_argument("-H", "--header", metavar="KEY=VALUE", action="append", default=[],
+                         help="a header added to every record (repeatable)")
+    produce.add_argument("--parse-headers", action="store_true",
+                         help="each line starts with its own headers, then the headers "
+                         "delimiter: k1:v1,k2:v2<TAB>...")
+    produce.add_argument("--headers-delimiter", metavar="SEP", default="\\t",
+                         help="ends the headers of a line (default \\t)")
+    produce.add_argument("--headers-separator", metavar="SEP", default=",",
+                         help="between the headers of a line (default ,)")
+    produce.add_argument("--headers-key-separator", metavar="SEP", default=":",
+                         help="between a header's key and value (default :); a header "
+                         "without it has a null value")
+    produce.add_argument("-p", "--partition", type=int, metavar="N",
+                         help="send every record to partition N (default: by key)")
+    produce.add_argument("--acks", choices=["0", "1", "all"], default="all",
+                         help="acknowledgements to wait for (default all; all also makes "
+                         "the producer idempotent, like Kafka's Java producer)")
+    produce.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"],
+                         default="none", help="batch compression codec (default none)")
+    produce.set_defaults(run=run)
+
+
+@dataclass
+class LineFormat:
+    key_separator: bytes | None
+    headers: list[Header]
+    parse_headers: bool
+    headers_delimiter: bytes
+    headers_separator: bytes
+    headers_key_separator: bytes
+
+    def parse(self, line: bytes, number: int) -> tuple[bytes | None, bytes, list[Header]]:
+        """(key, value, headers) of one line without its ending; CliError when malformed."""
+        headers = list(self.headers)
+        if self.parse_headers:
+            head, sep, line = line.partition(self.headers_delimiter)
+            if not sep:
+                raise CliError(f"line {number}: no headers delimiter "
+                               f"{self.headers_delimiter.decode()!r}")
+            headers += self._headers(head, number)
+        key = None
+        if self.key_separator is not None:
+            key, sep, line = line.partition(self.key_separator)
+            if not sep:
+                raise CliError(f"line {number}: no key separator "
+                               f"{self.key_separator.decode()!r}")
+        return key, line, headers
+
+    def _headers(self, text: bytes, number: int) -> list[Header]:
+        headers: list[Header] = []
+        for item in text.split(self.headers_separator) if text else []:
+            name, sep, value = item.partition(self.headers_key_separator)
+            try:
+                headers.append((name.decode("utf-8"), value if sep else None))
+            except UnicodeDecodeError:
+                raise CliError(f"line {number}: header key {name!r} is not UTF-8") from None
+        return headers
+
+
+@dataclass
+class Deliveries:
+    """Counts what the broker acknowledged; keeps the first errors, by line."""
+
+    records: int = 0
+    bytes: int = 0
+    failed: int = 0
+    partitions: Counter[int] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+    first_errors: list[str] = field(default_factory=list)
+
+    def callback(self, number: int) -> Callable[[KafkaError | None, Message], None]:
+        def delivered(error: KafkaError | None, message: Message) -> None:
+            if error is None:
+                self.records += 1
+                self.bytes += len(message.key() or b"") + len(message.value() or b"")
+                self.partitions[message.partition() or 0] += 1
+            else:
+                self.fail(number, describe_error(error))
+
+        return delivered
+
+    def fail(self, number: int, reason: str) -> None:
+        self.failed += 1
+        self.errors[reason] += 1
+        if len(self.first_errors) < MAX_ERRORS_SHOWN:
+            self.first_errors.append(f"line {number}: {reason}")
+
+
+@command("produce")
+def run(args: argparse.Namespace) -> int:
+    fmt = LineFormat(
+        key_separator=_separator(args.key_separator, "--key-separator"),
+        headers=[_header(h) for h in args.header],
+        parse_headers=args.parse_headers,
+        headers_delimiter=_separator(args.headers_delimiter, "--headers-delimiter") or b"\t",
+        headers_separator=_separator(args.headers_separator, "--headers-separator") or b",",
+        headers_key_separator=_separator(args.headers_key_separator,
+                                         "--headers-key-separator") or b":",
+    )
+    timeout = timeout_of(args)
+    errors = ErrorRecorder()
+    config = client_config(
+        args,
+        partitioner="murmur2_random",
+        acks=args.acks,
+        # Idempotence keeps retried batches in order and unduplicated; it needs acks=all.
+        **{"enable.idempotence": args.acks == "all",
+           "compression.type": args.compression,
+           "message.timeout.ms": max(1, int(timeout * 1000)),
+           "error_cb": errors},
+    )
+    producer: Producer = make_client(Producer, config)
+    deliveries = Deliveries()
+    stream = _open(args.file)
+    if stream.isatty() and not args.json:
+        print("type one record per line; end with Ctrl-D", file=sys.stderr)
+    status = 0
+    problem: str | None = None
+    try:
+        for number, line in _lines(stream):
+            key, value, headers = fmt.parse(line, number)
+            _send(producer, args, key, value, headers, deliveries, number)
+    except CliError as e:  # a malformed line: send nothing after it
+        problem, status = str(e), e.exit_code
+    except KeyboardInterrupt:
+        problem, status = "interrupted: the records read so far were sent", EXIT_INTERRUPTED
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    # message.timeout.ms bounds every record's life, so this flush ends.
+    left = producer.flush(timeout + 10)
+    if left:
+        deliveries.failed += left
+        deliveries.errors["not delivered in time"] += left
+    _report(args, deliveries, errors)
+    if problem is not None:
+        print(f"odradek produce: {problem}", file=sys.stderr)
+    if status == 0 and deliveries.failed:
+        status = EXIT_FAILURE
+    return status
+
+
+def _send(producer: Producer, args: argparse.Namespace, key: bytes | None, value: bytes,
+          headers: list[Header], deliveries: Deliveries, number: int) -> None:
+    kwargs: dict[str, Any] = {"key": key, "headers": headers or None,
+                              "on_delivery": deliveries.callback(number)}
+    if args.partition is not None:
+        kwargs["partition"] = args.partition
+    while True:
+        try:
+            producer.produce(args.topic, value, **kwargs)
+            break
+        except BufferError:  # the local queue is full: let deliveries drain it
+            producer.poll(0.1)
+        except KafkaException as e:  # refused before sending, e.g. a record too large
+            deliveries.fail(number, describe_error(e))
+            break
+    producer.poll(0)
+
+
+def _report(args: argparse.Namespace, deliveries: Deliveries, errors: ErrorRecorder) -> None:
+    if args.json:
+        print_json({
+            "topic": args.topic,
+            "records": deliveries.records,
+            "bytes": deliveries.bytes,
+            "failed": deliveries.failed,
+            "partitions": {str(p): n for p, n in sorted(deliveries.partitions.items())},
+            "errors": dict(deliveries.errors),
+        })
+    else:
+        print(f"produced {deliveries.records} record{'s' * (deliveries.records != 1)} "
+              f"({deliveries.bytes} bytes of keys and values) to {args.topic}", file=sys.stderr)
+    if deliveries.failed:
+        print(f"odradek produce: {deliveries.failed} record"
+              f"{'s' * (deliveries.failed != 1)} failed", file=sys.stderr)
+        for line in deliveries.first_errors:
+            print(f"odradek produce: {line}", file=sys.stderr)
+        if errors.last is not None:
+            print(f"odradek produce: last client error: {describe_error(errors.last)}",
+                  file=sys.stderr)
+
+
+def _open(path: str | None) -> BinaryIO:
+    if path is None or path == "-":
+        return sys.stdin.buffer
+    try:
+        return open(path, "rb")  # closed by run()
+    except OSError as e:
+        raise CliError(f"cannot read {path}: {e.strerror or e}", EXIT_USAGE) from e
+
+
+def _lines(stream: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    """Numbered lines without their ending (\\n or \\r\\n); a last line may lack one."""
+    for number, line in enumerate(stream, 1):
+        if line.endswith(b"\n"):
+            line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+        yield number, line
+
+
+def _separator(text: str | None, option: str) -> bytes | None:
+    if text is None:
+        return None
+    raw = unescape(text).encode("utf-8")
+    if not raw:
+        raise CliError(f"{option} cannot be empty", EXIT_USAGE)
+    if b"\n" in raw:
+        raise CliError(f"{option} cannot contain a newline: lines end there", EXIT_USAGE)
+    return raw
+
+
+def _header(text: str) -> Header:
+    key, value = key_value(text, "--header")
+    return key, value.encode("utf-8")
