@@ -21,9 +21,9 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import KafkaError
 from odradek.protocol.framing import decode_request, encode_request
 from odradek.protocol.messages import incremental_alter_configs_request as iac
-from odradek.server.config import BrokerConfig, ConfigSource
+from odradek.server.config import BrokerConfig, ConfigSource, ConfigSynonym
 
-BROKER = 4
+TOPIC, BROKER = 2, 4
 
 
 class NoPartitions:
@@ -131,3 +131,94 @@ def test_stored_configs_that_no_longer_apply_are_skipped(tmp_path: Path,
     assert loaded.dynamic_defaults == {"log.retention.ms": "1000"}
     assert loaded.dynamic == {"log.segment.bytes": "2000000"}
     assert "num.partitions" in caplog.text and "no.such.config" in caplog.text
+
+
+def alter_topic(configs: ConfigManager, name: str, ops: list[tuple[str, int, str | None]]
+                ) -> tuple[int, str | None]:
+    body = iac.IncrementalAlterConfigsRequest(validate_only=False, resources=[
+        iac.AlterConfigsResource(resource_type=TOPIC, resource_name=name, configs=[
+            iac.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops])])
+    request = decode_request(encode_request(body, 1, correlation_id=1)[4:])
+    (response,) = configs.handle_incremental_alter_configs(request, None).responses  # type: ignore[arg-type,attr-defined]
+    return response.error_code, response.error_message
+
+
+NO_BROKER_DEFAULT = {
+    "leader.replication.throttled.replicas": "",
+    "follower.replication.throttled.replicas": "",
+    "remote.storage.enable": "false",
+    "remote.log.copy.disable": "false",
+    "remote.log.delete.on.disable": "false",
+}
+
+
+def test_topic_configs_without_a_broker_default(tmp_path: Path) -> None:
+    configs = manager(tmp_path)
+    entries = {e.name: e for e in configs.topic_config_entries({})}
+    for name, value in NO_BROKER_DEFAULT.items():
+        e = entries[name]
+        assert (e.value, e.source, e.synonyms) == (value, ConfigSource.DEFAULT_CONFIG, ()), name
+        assert not e.read_only and not e.is_sensitive and "no effect" in e.documentation
+    assert entries["leader.replication.throttled.replicas"].config_type == 7  # LIST
+    assert entries["remote.storage.enable"].config_type == 1  # BOOLEAN
+    # message.downconversion.enable has one: log.message.downconversion.enable.
+    e = entries["message.downconversion.enable"]
+    assert (e.value, e.source) == ("true", ConfigSource.DEFAULT_CONFIG)
+    assert e.synonyms == (ConfigSynonym("log.message.downconversion.enable", "true",
+                                        ConfigSource.DEFAULT_CONFIG),)
+
+    overrides = {"leader.replication.throttled.replicas": "0:1,1:1",
+                 "remote.log.copy.disable": "true", "message.downconversion.enable": "false"}
+    entries = {e.name: e for e in configs.topic_config_entries(overrides)}
+    e = entries["leader.replication.throttled.replicas"]
+    assert (e.value, e.source, e.synonyms) == ("0:1,1:1", ConfigSource.TOPIC_CONFIG, (
+        ConfigSynonym("leader.replication.throttled.replicas", "0:1,1:1",
+                      ConfigSource.TOPIC_CONFIG),))
+    assert entries["remote.log.copy.disable"].synonyms == (
+        ConfigSynonym("remote.log.copy.disable", "true", ConfigSource.TOPIC_CONFIG),)
+    e = entries["message.downconversion.enable"]
+    assert [s.name for s in e.synonyms] == ["message.downconversion.enable",
+                                            "log.message.downconversion.enable"]
+
+    # The broker's own setting changes the default of message.downconversion.enable.
+    set_default = [("log.message.downconversion.enable", AlterConfigOp.SET, "false")]
+    assert incremental(configs, "", set_default) == (0, None)
+    (e,) = configs.topic_config_entries({}, ["message.downconversion.enable"])
+    assert (e.value, e.source) == ("false", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+
+
+def test_alter_kafka_only_topic_configs(tmp_path: Path) -> None:
+    configs = manager(tmp_path)
+    configs.controller.create_topic("t", 2, 1, {})
+    # What kafka-reassign-partitions.sh does around a reassignment: set the throttles, then
+    # remove them.
+    throttle = [("leader.replication.throttled.replicas", AlterConfigOp.SET, "0:1,1:1"),
+                ("follower.replication.throttled.replicas", AlterConfigOp.SET, "*")]
+    assert alter_topic(configs, "t", throttle) == (0, None)
+    assert configs.controller.topics["t"].configs == {
+        "leader.replication.throttled.replicas": "0:1,1:1",
+        "follower.replication.throttled.replicas": "*"}
+    assert alter_topic(configs, "t", [
+        ("leader.replication.throttled.replicas", AlterConfigOp.DELETE, None),
+        ("follower.replication.throttled.replicas", AlterConfigOp.DELETE, None)]) == (0, None)
+    assert configs.controller.topics["t"].configs == {}
+    # APPEND starts from Kafka's default, the empty list.
+    assert alter_topic(configs, "t", [
+        ("leader.replication.throttled.replicas", AlterConfigOp.APPEND, "0:1")]) == (0, None)
+    assert configs.controller.topics["t"].configs == {
+        "leader.replication.throttled.replicas": "0:1"}
+
+    code, message = alter_topic(configs, "t", [
+        ("follower.replication.throttled.replicas", AlterConfigOp.SET, "0-1")])
+    assert code == ErrorCode.INVALID_CONFIG and message is not None
+    assert "[partitionId]:[brokerId]" in message
+    for value in ("false", "FALSE"):
+        assert alter_topic(configs, "t", [
+            ("remote.storage.enable", AlterConfigOp.SET, value),
+            ("remote.log.copy.disable", AlterConfigOp.SET, "true"),
+            ("remote.log.delete.on.disable", AlterConfigOp.SET, "true")]) == (0, None)
+    assert alter_topic(configs, "t", [("remote.storage.enable", AlterConfigOp.SET, "true")]
+                       ) == (ErrorCode.INVALID_CONFIG,
+                             "remote.storage.enable=true is invalid: tiered storage is not "
+                             "supported (Odradek has no remote log storage), so it must be false")
+    assert configs.controller.topics["t"].configs["remote.storage.enable"] == "FALSE"

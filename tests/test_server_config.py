@@ -254,6 +254,7 @@ DEFAULTS = {
     "log.retention.hours": 168,
     "log.roll.hours": 168,
     "log.segment.bytes": 1073741824,
+    "log.message.downconversion.enable": True,  # a no-op since Kafka 4.0, still accepted
 }
 NO_DEFAULT = ("broker.id", "log.dirs", "advertised.listeners", "inter.broker.listener.name",
               "zookeeper.connect", "zookeeper.connection.timeout.ms", "broker.rack",
@@ -406,6 +407,12 @@ def test_zookeeper_connection_timeout_falls_back_to_session_timeout() -> None:
         ({"num.partitons": "3"}, "num.partitons", "did you mean num.partitions?"),
         ({"no.such.thing": "1"}, "no.such.thing", "is not a broker config"),
         ({"retention.ms": "1"}, "retention.ms", "broker's default for it is log.retention.ms"),
+        ({"remote.storage.enable": "false"}, "remote.storage.enable",
+         "no broker setting supplies its default: set it on the topic"),
+        ({"leader.replication.throttled.replicas": "*"}, "leader.replication.throttled.replicas",
+         "no broker setting supplies its default"),
+        ({"log.message.downconversion.enable": "yes"}, "log.message.downconversion.enable",
+         "must be true or false"),
         ({"num.partitions": "many"}, "num.partitions", "must be an integer"),
         ({"num.partitions": "0"}, "num.partitions", "must be >= 1"),
         ({"num.partitions": "2147483648"}, "num.partitions", "32-bit"),
@@ -667,6 +674,8 @@ def test_with_dynamic_validates() -> None:
 
 def test_dynamic_flags_follow_kafka() -> None:
     for topic in TOPIC_CONFIGS.values():
+        if not topic.synonyms:  # no broker setting supplies its default
+            continue
         first, *rest = topic.synonyms
         assert BROKER_CONFIGS[first.name].dynamic, first.name
         assert not any(BROKER_CONFIGS[s.name].dynamic for s in rest)
@@ -681,17 +690,32 @@ def test_dynamic_flags_follow_kafka() -> None:
 
 
 def test_topic_defaults_are_derived_from_topic_configs() -> None:
+    derived = {key.name for key in BROKER_CONFIGS.values() if key.topic is not None}
+    assert derived == {s.name for t in TOPIC_CONFIGS.values() for s in t.synonyms}
     for topic in TOPIC_CONFIGS.values():
         for synonym in topic.synonyms:
             key = BROKER_CONFIGS[synonym.name]
             assert key.topic is topic
             assert key.scale == synonym.scale
             assert key.type is (ConfigType.INT if synonym.scale != 1 else topic.type)
-        last = BROKER_CONFIGS[topic.synonyms[-1].name]
-        assert last.default is not None
+        if topic.synonyms:
+            last = BROKER_CONFIGS[topic.synonyms[-1].name]
+            assert last.default is not None
+    # Topic configs without a broker synonym derive no broker setting.
+    without = {t.name for t in TOPIC_CONFIGS.values() if not t.synonyms}
+    assert without == {"leader.replication.throttled.replicas",
+                       "follower.replication.throttled.replicas", "remote.storage.enable",
+                       "remote.log.copy.disable", "remote.log.delete.on.disable"}
+    assert not any(key.topic is not None and key.topic.name in without
+                   for key in BROKER_CONFIGS.values())
+    downconversion = BROKER_CONFIGS["log.message.downconversion.enable"]
+    assert downconversion.topic is TOPIC_CONFIGS["message.downconversion.enable"]
+    assert downconversion.dynamic and downconversion.default is True
+    assert "no effect" in downconversion.doc
     assert BrokerConfig.default().log_config == LogConfig.from_broker_properties({})
     props = {"log.segment.bytes": "1000", "log.roll.hours": "3", "log.cleanup.policy": "compact",
-             "compression.type": "zstd", "unclean.leader.election.enable": "true"}
+             "compression.type": "zstd", "unclean.leader.election.enable": "true",
+             "log.message.downconversion.enable": "false"}
     assert BrokerConfig.from_properties(props).log_config == LogConfig.from_broker_properties(
         props
     )

@@ -46,9 +46,26 @@ KAFKA_DEFAULTS = {
     "compression.gzip.level": "-1",
     "compression.lz4.level": "9",
     "compression.zstd.level": "3",
+    "message.downconversion.enable": "true",
+    "leader.replication.throttled.replicas": "",
+    "follower.replication.throttled.replicas": "",
+    "remote.storage.enable": "false",
     "local.retention.ms": "-2",
     "local.retention.bytes": "-2",
+    "remote.log.copy.disable": "false",
+    "remote.log.delete.on.disable": "false",
 }
+
+# Kafka 4.0's LogConfig.CONFIGS_WITH_NO_SERVER_DEFAULTS: no broker setting supplies these.
+NO_BROKER_DEFAULT = {
+    "leader.replication.throttled.replicas",
+    "follower.replication.throttled.replicas",
+    "remote.storage.enable",
+    "remote.log.copy.disable",
+    "remote.log.delete.on.disable",
+}
+# Accepted for Kafka's tools, with no effect here; their documentation says so.
+NO_EFFECT = NO_BROKER_DEFAULT | {"message.downconversion.enable"}
 
 
 def bad(props: dict[str, object], **kwargs: object) -> InvalidConfigError:
@@ -235,6 +252,17 @@ def test_round_trip_property(
         ("compression.lz4.level", "18", "between 1 and 17"),
         ("compression.zstd.level", "23", "between -131072 and 22"),
         ("local.retention.ms", "-3", "must be >= -2"),
+        ("leader.replication.throttled.replicas", "0", "[partitionId]:[brokerId]"),
+        ("leader.replication.throttled.replicas", "0:1:2", "[partitionId]:[brokerId]"),
+        ("leader.replication.throttled.replicas", "*,0:1", "the literal '*'"),
+        ("leader.replication.throttled.replicas", "all", "the literal '*'"),
+        ("follower.replication.throttled.replicas", "-1:1", "[partitionId]:[brokerId]"),
+        ("follower.replication.throttled.replicas", "0:b", "[partitionId]:[brokerId]"),
+        ("remote.storage.enable", "true", "tiered storage is not supported"),
+        ("remote.storage.enable", "yes", "true or false"),
+        ("remote.log.copy.disable", "1", "true or false"),
+        ("remote.log.delete.on.disable", "no", "true or false"),
+        ("message.downconversion.enable", "", "true or false"),
         ("segment.ms", "abc", "integer"),
         ("segment.ms", "1.5", "integer"),
         ("segment.ms", "1_000", "integer"),
@@ -265,6 +293,50 @@ def test_unknown_key() -> None:
     assert "retention.hours" in str(error)
     # broker names are not topic configs
     assert bad({"log.retention.ms": "5"}).key == "log.retention.ms"
+
+
+@pytest.mark.parametrize("name", ["leader.replication.throttled.replicas",
+                                  "follower.replication.throttled.replicas"])
+def test_throttled_replicas_as_kafkas_validator(name: str) -> None:
+    """"", "*" or partitionId:brokerId pairs, as kafka-reassign-partitions.sh sets them."""
+    attr = name.replace(".", "_")
+    for raw, value in [
+        ("", frozenset()),
+        ("*", {"*"}),
+        (" * ", {"*"}),
+        ("0:1", {"0:1"}),
+        ("0:1,0:2, 1:2 ,10:3", {"0:1", "0:2", "1:2", "10:3"}),
+        ("0:1,", {"0:1", ""}),  # Kafka lets empty items through too
+    ]:
+        c = LogConfig.from_properties({name: raw})
+        assert getattr(c, attr) == value, raw
+        assert LogConfig.from_properties(c.to_properties()) == c
+    assert LogConfig.from_properties({name: "1:2,0:1"}).to_properties()[name] == "0:1,1:2"
+
+
+def test_remote_storage_enable_true_is_refused() -> None:
+    error = bad({"remote.storage.enable": "true"})
+    assert error.key == "remote.storage.enable"
+    assert str(error) == ("remote.storage.enable=true is invalid: tiered storage is not "
+                          "supported (Odradek has no remote log storage), so it must be false")
+    assert error.error_code == ErrorCode.INVALID_CONFIG
+    with pytest.raises(InvalidConfigError, match="tiered storage is not supported"):
+        LogConfig(remote_storage_enable=True)
+    c = LogConfig.from_properties({"remote.storage.enable": "false",
+                                   "remote.log.copy.disable": "true",
+                                   "remote.log.delete.on.disable": "true",
+                                   "message.downconversion.enable": "false"})
+    assert c.remote_storage_enable is False
+    assert c.remote_log_copy_disable and c.remote_log_delete_on_disable
+    assert c.message_downconversion_enable is False
+
+
+def test_accepted_without_effect_says_so() -> None:
+    for name in NO_EFFECT:
+        doc = TOPIC_CONFIGS[name].doc
+        assert "no effect" in doc, name
+    assert "tiered storage" in TOPIC_CONFIGS["remote.storage.enable"].doc
+    assert "KAFKA-18269" in TOPIC_CONFIGS["message.downconversion.enable"].doc
 
 
 def test_min_compaction_lag_above_max() -> None:
@@ -316,6 +388,7 @@ def test_broker_properties_map_to_topic_configs() -> None:
             "min.insync.replicas": "2",
             "compression.type": "lz4",
             "unclean.leader.election.enable": "true",
+            "log.message.downconversion.enable": "false",
         }
     )
     assert c == LogConfig(
@@ -341,6 +414,7 @@ def test_broker_properties_map_to_topic_configs() -> None:
         min_insync_replicas=2,
         compression_type="lz4",
         unclean_leader_election_enable=True,
+        message_downconversion_enable=False,
     )
 
 
@@ -392,6 +466,8 @@ def test_broker_flush_ms_falls_back_to_the_scheduler_interval() -> None:
         ({"log.cleanup.policy": "nope"}, "log.cleanup.policy", "compact, delete"),
         ({"log.cleaner.min.cleanable.ratio": "2"}, "log.cleaner.min.cleanable.ratio", "0 and 1"),
         ({"message.max.bytes": "-1"}, "message.max.bytes", "must be >= 0"),
+        ({"log.message.downconversion.enable": "on"}, "log.message.downconversion.enable",
+         "true or false"),
     ],
 )
 def test_bad_broker_value_names_the_broker_key(
@@ -409,8 +485,28 @@ def test_broker_synonym_table() -> None:
     assert BROKER_SYNONYMS["log.retention.hours"][1].scale == 3600_000
     assert BROKER_SYNONYMS["message.max.bytes"][0].name == "max.message.bytes"
     assert BROKER_SYNONYMS["log.segment.delete.delay.ms"][0].name == "file.delete.delay.ms"
-    # every topic config has a broker default
-    assert {key.name for key, _ in BROKER_SYNONYMS.values()} == set(TOPIC_CONFIGS)
+    assert BROKER_SYNONYMS["log.message.downconversion.enable"][0].name == (
+        "message.downconversion.enable")
+    # every topic config has a broker default but Kafka's CONFIGS_WITH_NO_SERVER_DEFAULTS
+    with_default = {key.name for key, _ in BROKER_SYNONYMS.values()}
+    assert with_default == set(TOPIC_CONFIGS) - NO_BROKER_DEFAULT
+    assert all(not TOPIC_CONFIGS[name].synonyms for name in NO_BROKER_DEFAULT)
+
+
+def test_configs_without_a_broker_default_keep_kafkas() -> None:
+    # Broker properties cannot set them: a topic name among the broker's is not a log setting.
+    props = {"remote.storage.enable": "true", "leader.replication.throttled.replicas": "x",
+             "remote.log.copy.disable": "true", "log.remote.log.copy.disable": "true"}
+    c = LogConfig.from_broker_properties(props)
+    assert c == LogConfig()
+    assert c.leader_replication_throttled_replicas == frozenset()
+    # A topic override on top of a broker's defaults sets them.
+    broker = LogConfig.from_broker_properties({"log.retention.ms": "5"})
+    topic = broker.with_overrides({"follower.replication.throttled.replicas": "*",
+                                   "remote.log.delete.on.disable": "true"})
+    assert topic.retention_ms == 5
+    assert topic.follower_replication_throttled_replicas == {"*"}
+    assert topic.remote_log_delete_on_disable is True
 
 
 def test_config_types_are_describe_configs_codes() -> None:
@@ -420,3 +516,7 @@ def test_config_types_are_describe_configs_codes() -> None:
     assert TOPIC_CONFIGS["min.cleanable.dirty.ratio"].type is ConfigType.DOUBLE == 6
     assert TOPIC_CONFIGS["preallocate"].type is ConfigType.BOOLEAN == 1
     assert TOPIC_CONFIGS["compression.type"].type is ConfigType.STRING == 2
+    # Kafka 4.0's types for the configs accepted without effect
+    for name in NO_EFFECT:
+        expected = ConfigType.LIST if "throttled" in name else ConfigType.BOOLEAN
+        assert TOPIC_CONFIGS[name].type is expected, name

@@ -1,7 +1,8 @@
 """ConfigManager: DescribeConfigs, AlterConfigs and IncrementalAlterConfigs of topics and brokers.
 
 A topic's configs are its overrides, kept by the Controller in the metadata store; every
-other topic config takes the broker's topic default (log.retention.ms, ...). A broker's
+other topic config takes the broker's topic default (log.retention.ms, ...), or Kafka's
+default where no broker setting supplies one (remote.storage.enable, ...). A broker's
 configs have three layers (BrokerConfig): server.properties, dynamic cluster-wide
 defaults (resource name "") and dynamic per-broker values (resource name: its node id).
 The dynamic layers live in the metadata store, are applied at once (the listener set in
@@ -14,6 +15,8 @@ a null value or a broker resource naming another broker is INVALID_REQUEST; a br
 Kafka's DynamicBrokerConfig refuses (not dynamic, a bad value) is INVALID_REQUEST too; a
 topic config that is unknown or invalid is INVALID_CONFIG, as is APPEND or SUBTRACT on a
 config that is not a list; an unknown topic is UNKNOWN_TOPIC_OR_PARTITION.
+remote.storage.enable=true is INVALID_CONFIG too ("tiered storage is not supported"), as
+Kafka answers it when the broker has no remote log storage system enabled.
 """
 
 from __future__ import annotations
@@ -120,7 +123,8 @@ class ConfigManager:
         """Every topic config (or those of `names`) of a topic with these overrides, as
         DescribeConfigs and CreateTopics v5+ list them: the value in force, where it comes
         from, and its synonyms (the override, then the broker settings that supply the
-        default, highest precedence first)."""
+        default, highest precedence first). A config that no broker setting supplies comes
+        from the topic (TOPIC_CONFIG) or is Kafka's default (DEFAULT_CONFIG, no synonyms)."""
         wanted = None if names is None else set(names)
         keys = [k for k in TOPIC_CONFIGS.values() if wanted is None or k.name in wanted]
         effective = self.validate_topic_configs(overrides)

@@ -6,7 +6,8 @@ otherwise), allowed values, documentation, whether it can be updated dynamically
 lower-precedence synonyms it falls back to. The settings that supply topic defaults
 (log.segment.bytes, log.retention.hours, message.max.bytes, ...) are not typed here: they
 are derived from `TOPIC_CONFIGS`, and the default `LogConfig` comes from
-`LogConfig.from_broker_properties`.
+`LogConfig.from_broker_properties`. A topic config without a broker synonym
+(remote.storage.enable, leader.replication.throttled.replicas, ...) derives none.
 
 A `BrokerConfig` has three layers of explicit settings, highest precedence first: dynamic
 per-broker overrides, dynamic cluster-wide defaults, and the static properties the broker
@@ -151,7 +152,8 @@ _TOPIC_DEFAULT_NOTES = {
 
 
 def _topic_default_keys() -> list[BrokerKey]:
-    """The broker settings that supply topic defaults, derived from TOPIC_CONFIGS.
+    """The broker settings that supply topic defaults, derived from TOPIC_CONFIGS (none for
+    a topic config without synonyms).
 
     As in Kafka, only the last synonym of a group has a default (log.retention.hours=168,
     not log.retention.ms), and only the first can be updated dynamically.
@@ -418,6 +420,9 @@ def _check_name(name: str) -> BrokerKey:
         )
     if name in TOPIC_CONFIGS and TOPIC_CONFIGS[name].synonyms:
         hint = f"; the broker's default for it is {TOPIC_CONFIGS[name].synonyms[0].name}"
+    elif name in TOPIC_CONFIGS:
+        hint = ("; it is a topic config, and no broker setting supplies its default: set it "
+                "on the topic")
     else:
         close = difflib.get_close_matches(name, BROKER_CONFIGS, n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
@@ -865,7 +870,7 @@ def _log_config(merged: Mapping[str, str]) -> LogConfig:
         )
     except InvalidConfigError as e:
         topic = TOPIC_CONFIGS.get(e.key)
-        if topic is None:
+        if topic is None or not topic.synonyms:
             raise
         name = next((s.name for s in topic.synonyms if s.name in merged), topic.synonyms[0].name)
         raise InvalidConfigError(f"{name}={merged.get(name)}: the topic default {e}",

@@ -2,10 +2,16 @@
 
 `TOPIC_CONFIGS` is the single source of truth: each entry gives a topic config's Kafka name,
 type, default, allowed values, documentation and the broker settings that supply its default
-(Kafka's ServerTopicConfigSynonyms). `LogConfig`'s fields, its parsing from properties
+(Kafka's ServerTopicConfigSynonyms). Some have none (Kafka's CONFIGS_WITH_NO_SERVER_DEFAULTS:
+the replication throttles and the tiered storage switches): their default is Kafka's, and
+only the topic itself can change it. `LogConfig`'s fields, its parsing from properties
 (server.properties, CreateTopics, AlterConfigs), its validation and its listing back as
 properties (DescribeConfigs) are all driven by that table; an import-time check keeps the
 dataclass fields and the table in step.
+
+Some configs are accepted for compatibility with Kafka's tools and have no effect here (their
+documentation says so): the codec levels, replication throttling, tiered storage and
+down-conversion. remote.storage.enable=true is refused: there is no tiered storage to enable.
 
 Defaults and limits are Kafka 4.0's, with two deliberate departures: segment.bytes must be
 >= 61 (one record batch header) where Kafka 4.0 asks for 1 MiB, so that tests can roll tiny
@@ -122,6 +128,35 @@ class SubsetOf:
         return "must be a comma-separated list of " + ", ".join(self.values)
 
 
+_REPLICA = re.compile(r"(?:[0-9]+:[0-9]+)?")  # partition:broker; empty items pass, as in Kafka
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaList:
+    """"*" or partitionId:brokerId pairs; may be empty (Kafka's ThrottledReplicaListValidator)."""
+
+    def __call__(self, value: Any) -> bool:
+        return value - {""} == {"*"} or all(_REPLICA.fullmatch(item) for item in value)
+
+    def __str__(self) -> str:
+        return ("must be the literal '*' or a list of replicas in the form "
+                "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
+
+@dataclass(frozen=True, slots=True)
+class Only:
+    """Only `value` is allowed, because Odradek lacks what the others ask for (`text`)."""
+
+    value: Any
+    text: str
+
+    def __call__(self, value: Any) -> bool:
+        return bool(value == self.value)
+
+    def __str__(self) -> str:
+        return self.text
+
+
 @dataclass(frozen=True, slots=True)
 class Synonym:
     """A broker setting that supplies a topic config's default; `scale` converts its unit."""
@@ -139,7 +174,7 @@ class ConfigKey:
     default: Any
     doc: str
     validator: Validator | None = None
-    synonyms: tuple[Synonym, ...] = ()  # broker settings, highest precedence first
+    synonyms: tuple[Synonym, ...] = ()  # broker settings, highest precedence first; may be none
 
     @property
     def attr(self) -> str:
@@ -477,8 +512,49 @@ _KEYS_IN_ORDER = (
         Range(ZSTD_MIN_LEVEL, 22),
         _synonyms("compression.zstd.level"),
     ),
-    # Tiered storage (KIP-405): how long a segment stays on local disk once copied to remote
-    # storage. Odradek has no remote storage, so these are accepted and have no effect.
+    ConfigKey(
+        "message.downconversion.enable",
+        _T.BOOLEAN,
+        True,
+        "Whether the broker down-converts records for consumers that expect an older message "
+        "format. Deprecated, and a no-op since Kafka 4.0 (KAFKA-18269), which cannot "
+        "down-convert: accepted, no effect.",
+        None,
+        _synonyms("log.message.downconversion.enable"),
+    ),
+    # Replication quotas (KIP-73), set by kafka-reassign-partitions.sh during a reassignment.
+    # No broker setting supplies their default. Odradek does not throttle replication yet.
+    ConfigKey(
+        "leader.replication.throttled.replicas",
+        _T.LIST,
+        frozenset(),
+        "The replicas whose replication is throttled on the leader side, as "
+        "partitionId:brokerId pairs, or * for all of the topic's. Accepted, no effect: "
+        "Odradek does not throttle replication yet (it comes with the cluster work).",
+        ReplicaList(),
+    ),
+    ConfigKey(
+        "follower.replication.throttled.replicas",
+        _T.LIST,
+        frozenset(),
+        "The replicas whose replication is throttled on the follower side, as "
+        "partitionId:brokerId pairs, or * for all of the topic's. Accepted, no effect: "
+        "Odradek does not throttle replication yet (it comes with the cluster work).",
+        ReplicaList(),
+    ),
+    # Tiered storage (KIP-405). Odradek has no remote storage: remote.storage.enable=true is
+    # refused (as Kafka refuses it when the broker has no remote log storage system enabled),
+    # and the others are accepted and have no effect. Only the local.retention.* configs have
+    # a broker default in Kafka.
+    ConfigKey(
+        "remote.storage.enable",
+        _T.BOOLEAN,
+        False,
+        "Tiered storage for the topic: copy its segments to remote storage. Odradek has no "
+        "tiered storage: false is accepted, with no effect, and true is refused.",
+        Only(False, "tiered storage is not supported (Odradek has no remote log storage), "
+             "so it must be false"),
+    ),
     ConfigKey(
         "local.retention.ms",
         _T.LONG,
@@ -498,6 +574,21 @@ _KEYS_IN_ORDER = (
         Range(LOCAL_RETENTION_FROM_TOPIC),
         _synonyms("log.local.retention.bytes"),
     ),
+    ConfigKey(
+        "remote.log.copy.disable",
+        _T.BOOLEAN,
+        False,
+        "With tiered storage, stop copying the topic's segments to remote storage and keep "
+        "what is there read-only; expiry then follows retention.ms and retention.bytes. "
+        "Odradek has no tiered storage: accepted, no effect.",
+    ),
+    ConfigKey(
+        "remote.log.delete.on.disable",
+        _T.BOOLEAN,
+        False,
+        "With tiered storage, delete the topic's remote data when remote.storage.enable is "
+        "turned from true to false. Odradek has no tiered storage: accepted, no effect.",
+    ),
 )
 
 TOPIC_CONFIGS: Mapping[str, ConfigKey] = MappingProxyType({k.name: k for k in _KEYS_IN_ORDER})
@@ -506,7 +597,8 @@ TOPIC_CONFIGS: Mapping[str, ConfigKey] = MappingProxyType({k.name: k for k in _K
 BROKER_SYNONYMS: Mapping[str, tuple[ConfigKey, Synonym]] = MappingProxyType(
     {synonym.name: (key, synonym) for key in TOPIC_CONFIGS.values() for synonym in key.synonyms}
 )
-"""Each broker setting that supplies a topic config's default -> (that config, the synonym)."""
+"""Each broker setting that supplies a topic config's default -> (that config, the synonym).
+A topic config without synonyms is in no entry: its default is Kafka's, whatever the broker."""
 
 
 def _default(name: str) -> Any:
@@ -547,8 +639,18 @@ class LogConfig:
     compression_gzip_level: int = _default("compression.gzip.level")
     compression_lz4_level: int = _default("compression.lz4.level")
     compression_zstd_level: int = _default("compression.zstd.level")
+    message_downconversion_enable: bool = _default("message.downconversion.enable")
+    leader_replication_throttled_replicas: frozenset[str] = _default(
+        "leader.replication.throttled.replicas"
+    )
+    follower_replication_throttled_replicas: frozenset[str] = _default(
+        "follower.replication.throttled.replicas"
+    )
+    remote_storage_enable: bool = _default("remote.storage.enable")
     local_retention_ms: int = _default("local.retention.ms")
     local_retention_bytes: int = _default("local.retention.bytes")
+    remote_log_copy_disable: bool = _default("remote.log.copy.disable")
+    remote_log_delete_on_disable: bool = _default("remote.log.delete.on.disable")
 
     def __post_init__(self) -> None:
         for key in TOPIC_CONFIGS.values():
@@ -601,6 +703,7 @@ class LogConfig:
 
         Where several settings feed one config the finer unit wins (log.retention.ms over
         .minutes over .hours), and a negative retention time means unlimited, as in Kafka.
+        A topic config with no broker synonym keeps Kafka's default.
         """
         values: dict[str, Any] = {}
         for key in TOPIC_CONFIGS.values():

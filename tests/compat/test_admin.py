@@ -402,6 +402,54 @@ def test_incremental_alter_topic_configs(broker: BrokerProcess, admin: AdminClie
         ErrorCode.INVALID_CONFIG)
 
 
+def test_kafka_only_topic_configs_accepted(broker: BrokerProcess, admin: AdminClient,
+                                          kp_admin: KafkaAdminClient) -> None:
+    """Kafka 4.0's topic configs that have no effect here: replication throttles (as
+    kafka-reassign-partitions.sh sets them), tiered storage switches, down-conversion."""
+    create(admin, "throttled", 2, **{"remote.storage.enable": "false",
+                                     "message.downconversion.enable": "false"})
+    configs = describe(admin, ResourceType.TOPIC, "throttled")
+    for name, value in [("leader.replication.throttled.replicas", ""),
+                        ("follower.replication.throttled.replicas", ""),
+                        ("remote.log.copy.disable", "false"),
+                        ("remote.log.delete.on.disable", "false")]:
+        assert (configs[name].value, configs[name].source) == (
+            value, ConfigSource.DEFAULT_CONFIG.value), name
+    for name, value in [("remote.storage.enable", "false"),
+                        ("message.downconversion.enable", "false")]:
+        assert (configs[name].value, configs[name].source) == (
+            value, ConfigSource.DYNAMIC_TOPIC_CONFIG.value), name
+
+    throttles = [ConfigEntry("leader.replication.throttled.replicas", "0:1,1:1",
+                             incremental_operation=AlterConfigOpType.SET),
+                 ConfigEntry("follower.replication.throttled.replicas", "*",
+                             incremental_operation=AlterConfigOpType.SET)]
+    resource = ConfigResource(ResourceType.TOPIC, "throttled", incremental_configs=throttles)
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    result = describe_raw(broker, TOPIC, "throttled", ["leader.replication.throttled.replicas"],
+                          include_synonyms=True, include_documentation=True)
+    (entry,) = result.configs
+    assert (entry.value, entry.config_source, entry.config_type) == ("0:1,1:1", 1, 7)
+    assert [(s.name, s.value, s.source) for s in entry.synonyms] == [
+        ("leader.replication.throttled.replicas", "0:1,1:1", 1)]
+    assert "no effect" in entry.documentation
+    kp = kp_admin.describe_configs([KpConfigResource(KpResourceType.TOPIC, "throttled")],
+                                   config_filter="all")
+    assert kp["topic"]["throttled"]["follower.replication.throttled.replicas"]["value"] == "*"
+
+    assert incremental_raw(broker, [(TOPIC, "throttled", [
+        ("leader.replication.throttled.replicas", SET, "0:1:2")])])[0][0] == (
+        ErrorCode.INVALID_CONFIG)
+    assert incremental_raw(broker, [(TOPIC, "throttled", [
+        ("remote.storage.enable", SET, "true")])]) == [(
+            ErrorCode.INVALID_CONFIG, "remote.storage.enable=true is invalid: tiered storage "
+            "is not supported (Odradek has no remote log storage), so it must be false")]
+    futures = admin.create_topics([NewTopic("tiered", 1, 1,
+                                            config={"remote.storage.enable": "true"})])
+    assert error_code(futures["tiered"]) == ErrorCode.INVALID_CONFIG
+    assert "tiered" not in admin.list_topics(timeout=30).topics
+
+
 def test_topic_config_change_is_live(broker: BrokerProcess, admin: AdminClient) -> None:
     create(admin, "live")
     produce(broker, "live", 1, size=2000)
