@@ -28,7 +28,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import logging
-import os
 import re
 import struct
 from collections import deque
@@ -40,7 +39,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from odradek.protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE, RecordBatchHeader
-from odradek.storage.checkpoints import fsync_dir
+from odradek.storage.checkpoints import TMP_SUFFIX, write_durably
 from odradek.storage.errors import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
@@ -61,7 +60,6 @@ _SNAPSHOT_HEADER = struct.Struct(">hIi")  # version, crc, entry count
 _SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
 _CRC_START = 6  # the CRC covers everything after version and crc
 _SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")
-_TMP_SUFFIX = ".tmp"
 
 
 class CorruptSnapshotError(StorageError):
@@ -224,7 +222,7 @@ class ProducerStateManager:
             match = _SNAPSHOT_FILE.match(name)
             if match:
                 offsets.append(int(match.group(1)))
-            elif name.endswith(SNAPSHOT_SUFFIX + _TMP_SUFFIX):
+            elif name.endswith(SNAPSHOT_SUFFIX + TMP_SUFFIX):
                 with contextlib.suppress(OSError):
                     (directory / name).unlink()
         return cls(directory, log_name, offsets,
@@ -440,15 +438,4 @@ def read_snapshot(path: Path) -> list[ProducerStateEntry]:
 
 def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry]) -> None:
     """Atomically and durably: a crash leaves the old file or the whole new one."""
-    tmp = path.with_name(path.name + _TMP_SUFFIX)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(encode_snapshot(entries))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise StorageError(f"cannot write {path}: {e}") from e
+    write_durably(path, encode_snapshot(entries))
