@@ -46,8 +46,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from odradek.broker.kafka_server import KafkaServer  # here: client commands start faster
 
+    loop_factory = _loop_factory()
+    logging.getLogger("odradek").info(
+        "event loop: %s", "uvloop" if loop_factory is not None else "asyncio")
     try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(KafkaServer(config).run())
     except (StorageError, OSError) as e:
         logging.getLogger("odradek").error("cannot run the broker: %s", e)

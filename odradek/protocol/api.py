@@ -7,6 +7,7 @@ imported on first use, so a process that speaks five APIs does not load ninety m
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
 
@@ -64,6 +65,7 @@ class ApiSpec:
         return _load(self.response_module, self.name + "Response")
 
 
+@functools.cache  # hot: every request asks for its class
 def _load(module: str, name: str) -> type[Message]:
     cls: type[Message] = getattr(importlib.import_module(f"{__package__}.messages.{module}"), name)
     return cls

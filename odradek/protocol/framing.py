@@ -9,6 +9,7 @@ buffer is allocated for the frame.
 from __future__ import annotations
 
 import struct
+from collections import deque
 from dataclasses import dataclass
 
 from odradek.protocol.api import ApiSpec
@@ -38,40 +39,97 @@ def frame_size(prefix: Buffer, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> 
     return size
 
 
-class FrameDecoder:
-    """Splits a byte stream into frames. Feed it what the socket gives; take whole frames.
+class FrameReader:
+    """Splits a byte stream into frames, reading into buffers it hands out (the shape of
+    asyncio.BufferedProtocol): `get_buffer()` says where the next bytes go, and
+    `buffer_updated(n)` returns the frames they completed.
 
-    Frames come back as bytearrays of their own, so a request's record batches can be
-    given offsets in place without another copy.
+    Small frames gather in one scratch buffer and come back as copies; a frame larger
+    than the scratch gets a buffer of its own as soon as its size is known, and the rest
+    of it is read straight there: a 1 MiB produce request is never copied. Frames are
+    bytearrays, so a request's record batches can be given offsets in place.
     """
+
+    SCRATCH_SIZE = 64 * 1024
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self.max_frame_size = max_frame_size
-        self._buffer = bytearray()
-        self._next_size: int | None = None
+        self._scratch = bytearray(self.SCRATCH_SIZE)
+        self._start = 0  # the first byte not yet returned in a frame
+        self._end = 0  # the end of what has been read into the scratch
+        self._large: bytearray | None = None  # a frame being read into its own buffer
+        self._filled = 0  # how much of it has arrived
+
+    def get_buffer(self) -> memoryview:
+        if self._large is not None:
+            return memoryview(self._large)[self._filled :]
+        if self._end == len(self._scratch):  # full: move the partial frame to the front
+            pending = self._end - self._start
+            self._scratch[:pending] = self._scratch[self._start : self._end]
+            self._start, self._end = 0, pending
+        return memoryview(self._scratch)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> list[bytearray]:
+        """The frames completed by `nbytes` more bytes in the last buffer given out.
+        Raises FrameTooLargeError for a size beyond the limit, before reading the frame."""
+        if self._large is not None:
+            self._filled += nbytes
+            if self._filled < len(self._large):
+                return []
+            frame, self._large = self._large, None
+            return [frame]
+        self._end += nbytes
+        frames = []
+        scratch = self._scratch
+        while self._end - self._start >= 4:
+            size = frame_size(memoryview(scratch)[self._start : self._start + 4],
+                              self.max_frame_size)
+            body = self._start + 4
+            available = self._end - body
+            if available >= size:
+                frames.append(scratch[body : body + size])
+                self._start = body + size
+                continue
+            if 4 + size > len(scratch):  # it cannot fit: give it a buffer of its own
+                frame = bytearray(size)
+                frame[:available] = scratch[body : self._end]
+                self._large, self._filled = frame, available
+                self._end = self._start
+            break
+        if self._start == self._end:
+            self._start = self._end = 0
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received that are not yet part of a returned frame."""
+        return self._end - self._start + (self._filled if self._large is not None else 0)
+
+
+class FrameDecoder:
+    """A FrameReader for callers that receive bytes objects: feed them, take whole frames."""
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self._reader = FrameReader(max_frame_size)
+        self._frames: deque[bytearray] = deque()
 
     def feed(self, data: Buffer) -> None:
-        self._buffer += data
-        if self._next_size is None and len(self._buffer) >= 4:
-            # Check the announced size now, not when (if ever) the whole frame arrives.
-            self._next_size = frame_size(self._buffer, self.max_frame_size)
+        view = memoryview(data).cast("B")
+        while view:
+            target = self._reader.get_buffer()
+            n = min(len(target), len(view))
+            target[:n] = view[:n]
+            view = view[n:]
+            self._frames.extend(self._reader.buffer_updated(n))
 
     def next_frame(self) -> bytearray | None:
         """The next complete frame without its size prefix, or None until one is complete."""
-        size = self._next_size
-        if size is None or len(self._buffer) < 4 + size:
-            return None
-        frame = self._buffer[4 : 4 + size]
-        del self._buffer[: 4 + size]
-        self._next_size = None
-        if len(self._buffer) >= 4:
-            self._next_size = frame_size(self._buffer, self.max_frame_size)
-        return frame
+        return self._frames.popleft() if self._frames else None
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as a frame."""
-        return len(self._buffer)
+        return self._reader.buffered + sum(len(f) + 4 for f in self._frames)
 
 
 def _frame(build: bytearray) -> bytes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import logging
 import os
@@ -23,7 +24,7 @@ from typing import Protocol, cast
 
 from odradek.protocol.api import API_VERSIONS
 from odradek.protocol.exceptions import ProtocolError
-from odradek.protocol.framing import FrameDecoder, Request, decode_request_header
+from odradek.protocol.framing import FrameReader, Request, decode_request_header
 from odradek.protocol.message import Message
 from odradek.protocol.messages.request_header import RequestHeader
 from odradek.server.response import FileRegion, Part, encode_response_parts
@@ -123,12 +124,12 @@ class SocketServer:
         return next(self._ids)
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, server: SocketServer, listener_name: str) -> None:
         self.server = server
         self.listener_name = listener_name
         self.id = server.next_connection_id()
-        self.decoder = FrameDecoder(server.max_frame_size)
+        self.reader = FrameReader(server.max_frame_size)
         self.frames: collections.deque[bytearray] = collections.deque()
         self.transport: asyncio.Transport | None = None
         self.peer = ("", 0)
@@ -142,7 +143,7 @@ class KafkaConnection(asyncio.Protocol):
         self._task: asyncio.Task[None] | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
 
-    # ---- asyncio.Protocol -------------------------------------------------------------
+    # ---- asyncio.BufferedProtocol -------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but behave as one.
@@ -157,12 +158,14 @@ class KafkaConnection(asyncio.Protocol):
         self._task = asyncio.get_running_loop().create_task(self._serve())
         self._arm_idle_timer(self.server.idle_timeout_s)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # The socket is read straight into the frame's buffer: no copy of large requests.
+        return self.reader.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
         try:
-            self.decoder.feed(data)
-            while (frame := self.decoder.next_frame()) is not None:
-                self.frames.append(frame)
+            self.frames.extend(self.reader.buffer_updated(nbytes))
         except ProtocolError as e:
             log.warning("closing connection %d from %s:%d: %s", self.id, *self.peer, e)
             self.abort()
@@ -324,8 +327,21 @@ class _RegionFile:
 
 async def _send_region(transport: asyncio.Transport, region: FileRegion) -> None:
     loop = asyncio.get_running_loop()
-    if isinstance(loop, asyncio.BaseEventLoop):  # uvloop has no sendfile: copy instead
+    if isinstance(loop, asyncio.BaseEventLoop):
         file = _RegionFile(region.fileno(), region.position)
         await loop.sendfile(transport, file, region.position, region.length)  # type: ignore[arg-type]
-    else:
-        transport.write(region.read())
+        return
+    # uvloop has no loop.sendfile. When nothing is queued ahead, os.sendfile sends what the
+    # socket takes at once (the socket is non-blocking); only the rest is copied.
+    sent = 0
+    sock = transport.get_extra_info("socket")
+    if sock is not None and transport.get_write_buffer_size() == 0:
+        with contextlib.suppress(BlockingIOError):
+            while sent < region.length:
+                n = os.sendfile(sock.fileno(), region.fileno(), region.position + sent,
+                                region.length - sent)
+                if n == 0:
+                    break
+                sent += n
+    if sent < region.length:
+        transport.write(os.pread(region.fileno(), region.length - sent, region.position + sent))
