@@ -603,10 +603,12 @@ class BenchBroker:
     cprofile: a path to run the broker under cProfile and write its stats there on exit.
     """
 
-    def __init__(self, data_dir: Path, loop: str, cprofile: Path | None = None) -> None:
+    def __init__(self, data_dir: Path, loop: str, cprofile: Path | None = None,
+                 settings: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.loop = loop
         self.cprofile = cprofile
+        self.settings = dict(settings or {})  # more broker settings (Kafka names)
         self.log_path = data_dir.with_suffix(".log")
         self.process: subprocess.Popen[bytes] | None = None
         self.port = 0
@@ -621,7 +623,8 @@ class BenchBroker:
         return self.process.pid
 
     def start(self, timeout: float = 60) -> BenchBroker:
-        settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(self.data_dir)}
+        settings = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+                    "log.dirs": str(self.data_dir), **self.settings}
         argv = [sys.executable]
         if self.cprofile is not None:
             argv += ["-m", "cProfile", "-o", str(self.cprofile)]
