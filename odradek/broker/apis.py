@@ -1,9 +1,10 @@
 """KafkaApis: one handler per API, dispatched by API key (Kafka's KafkaApis).
 
 Handlers turn decoded requests into responses over the ReplicaManager (produce, fetch,
-list offsets), the Controller (topics and partitions) and the AdminManager (configs, log
-dirs, records deletion). Per-partition failures become error codes in the response;
-nothing a client sends makes a handler raise.
+list offsets), the Controller (topics and partitions), the AdminManager (configs, log
+dirs, records deletion) and the GroupCoordinator (consumer groups and offsets, whose
+handlers live in odradek/coordinator/group/apis.py). Per-partition failures become
+error codes in the response; nothing a client sends makes a handler raise.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from odradek.broker.replica_manager import (
 from odradek.cluster.controller import Controller
 from odradek.cluster.metadata import TopicMetadata
 from odradek.cluster.topics import is_internal, validate_topic_name
+from odradek.coordinator.group.apis import GroupApis
+from odradek.coordinator.group.group_coordinator import GroupCoordinator
 from odradek.protocol.api_keys import API_SPECS, ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import KafkaError
@@ -80,7 +83,7 @@ def supported_range(api_key: int) -> tuple[int, int]:
 class KafkaApis:
     def __init__(self, config: BrokerConfig, replica_manager: ReplicaManager,
                  controller: Controller, admin: AdminManager,
-                 producer_ids: ProducerIdManager) -> None:
+                 producer_ids: ProducerIdManager, group_coordinator: GroupCoordinator) -> None:
         self.config = config
         self.replica_manager = replica_manager
         self.controller = controller
@@ -98,6 +101,8 @@ class KafkaApis:
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
         }
         handlers.update(admin.handlers())
+        self.group_apis = GroupApis(config, group_coordinator, controller, self._endpoint)
+        handlers.update(self.group_apis.handlers())
         self._handlers = handlers
         self._ranges = {key: supported_range(key) for key in handlers}
         self._api_versions = api_versions_response.ApiVersionsResponse(

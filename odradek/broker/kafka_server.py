@@ -1,9 +1,11 @@
 """KafkaServer: one broker, its components started and stopped in order.
 
 Start: log dirs checked against meta.properties -> metadata store, and the dynamic broker
-configs kept there applied -> logs loaded (and recovered after a crash) -> the controller
-hands partitions to the ReplicaManager -> listeners open. Stop (SIGTERM, SIGINT): listeners
-close and in-flight requests finish -> waiting fetches are released -> logs flushed,
+configs kept there applied -> logs loaded (and recovered after a crash) -> the group
+coordinator starts -> the controller hands partitions to the ReplicaManager (the
+coordinator loads the __consumer_offsets partitions it now leads) -> listeners open.
+Stop (SIGTERM, SIGINT): the group coordinator answers waiting joins and syncs -> waiting
+fetches are released -> listeners close and in-flight requests finish -> logs flushed,
 checkpointed, clean-shutdown marker written.
 """
 
@@ -22,6 +24,9 @@ from odradek.broker.producer_ids import ProducerIdManager
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.cluster.controller import Controller
 from odradek.cluster.embedded import EmbeddedMetadataStore
+from odradek.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
+from odradek.coordinator.group.group_metadata_manager import GroupMetadataManager, OffsetConfig
+from odradek.coordinator.timer import AsyncioTimer, SystemTime
 from odradek.server.config import BrokerConfig
 from odradek.server.network import BoundListener, SocketServer
 from odradek.storage.checkpoints import write_durably
@@ -40,6 +45,7 @@ class KafkaServer:
         self.log_manager: LogManager | None = None
         self.socket_server: SocketServer | None = None
         self.replica_manager: ReplicaManager | None = None
+        self.group_coordinator: GroupCoordinator | None = None
         self.bound: list[BoundListener] = []
         self._stop = asyncio.Event()
 
@@ -56,12 +62,21 @@ class KafkaServer:
         )
         self.log_manager.startup()
         self.replica_manager = ReplicaManager(config.node_id, self.log_manager)
+        # Started before the controller hands out partitions, so that leading a
+        # __consumer_offsets partition loads its groups.
+        time, timer = SystemTime(), AsyncioTimer()
+        self.group_coordinator = GroupCoordinator(
+            GroupConfig.from_broker_config(config),
+            GroupMetadataManager(OffsetConfig.from_broker_config(config), self.replica_manager,
+                                 time, timer),
+            time, timer)
+        self.group_coordinator.startup()
         controller.startup(self.replica_manager)
         self._report_stray_logs(controller)
         admin = AdminManager(config, controller, self.replica_manager)
         admin.configs.on_broker_config_change = self._broker_config_changed
         apis = KafkaApis(config, self.replica_manager, controller, admin,
-                         ProducerIdManager(store))
+                         ProducerIdManager(store), self.group_coordinator)
         self.socket_server = SocketServer(
             apis, max_frame_size=config.socket_request_max_bytes,
             connections_max_idle_ms=config.connections_max_idle_ms,
@@ -99,6 +114,10 @@ class KafkaServer:
 
     async def shutdown(self) -> None:
         log.info("broker %d shutting down", self.config.node_id)
+        if self.group_coordinator is not None:
+            # Waiting JoinGroup and SyncGroup requests answer now (NOT_COORDINATOR), so the
+            # connections can finish them.
+            self.group_coordinator.shutdown()
         if self.replica_manager is not None:
             self.replica_manager.shutdown()  # waiting fetches answer now, not at max_wait
         if self.socket_server is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from uuid import UUID
 
@@ -25,6 +25,10 @@ from odradek.storage.segment import FileSlice
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+# Told of leadership changes (Kafka's onLeadershipChange): the topic, the partitions this
+# broker now leads, and those it no longer holds. The coordinators load and unload their
+# internal topics' partitions on it.
+LeadershipListener = Callable[[TopicMetadata, list[int], list[int]], None]
 CONSUMER_REPLICA_ID = -1  # Fetch's replica id for consumers; followers send their node id
 READ_COMMITTED = 1
 
@@ -103,6 +107,10 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.purgatory = FetchPurgatory()
         self.shutting_down = False
+        self.leadership_listeners: list[LeadershipListener] = []
+
+    def add_leadership_listener(self, listener: LeadershipListener) -> None:
+        self.leadership_listeners.append(listener)
 
     # ---- partition lifecycle ----------------------------------------------------------
 
@@ -126,8 +134,12 @@ class ReplicaManager:
     def become_leader(self, topic: TopicMetadata, partitions: list[int]) -> None:
         for index in partitions:
             self.make_leader(topic.name, index, topic.topic_id, topic.partitions[index])
+        for listener in self.leadership_listeners:
+            listener(topic, partitions, [])
 
     def remove_partitions(self, topic: TopicMetadata) -> None:
+        for listener in self.leadership_listeners:
+            listener(topic, [], sorted(topic.partitions))
         for index in topic.partitions:
             self.delete_partition(topic.name, index)
 

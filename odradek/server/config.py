@@ -291,6 +291,10 @@ _HAND_KEYS: list[BrokerKey] = [
         _K("offsets.load.buffer.size", _T.INT, 5 * 1024 * 1024,
            "How many bytes are read at a time when loading groups from __consumer_offsets.",
            Range(1)),
+        _K("offset.metadata.max.bytes", _T.INT, 4096,
+           "The longest metadata string an offset commit may carry (in UTF-16 code units, "
+           "as Kafka counts); longer ones are refused with OFFSET_METADATA_TOO_LARGE.",
+           Range(0)),
         _K("group.initial.rebalance.delay.ms", _T.INT, 3000,
            "How long a new group waits for more members before its first rebalance.",
            Range(0)),

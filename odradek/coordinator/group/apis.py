@@ -1,0 +1,407 @@
+"""The group APIs' handlers: requests in, GroupCoordinator calls, responses out.
+
+KafkaApis takes these handlers as it takes the AdminManager's. Each handler maps one
+request version's fields to the coordinator and back; a field a version lacks keeps its
+default (the codec refuses anything else). JoinGroup and SyncGroup wait on a future that
+the coordinator's callback completes.
+
+FindCoordinator creates __consumer_offsets on first use (offsets.topic.num.partitions
+partitions, replication factor min(offsets.topic.replication.factor, live brokers),
+cleanup.policy=compact) and answers with the leader of the group's partition. Kafka
+answers COORDINATOR_NOT_AVAILABLE while it creates the topic in the background; here the
+creation is synchronous, so the first answer is already the coordinator. There is no
+transaction coordinator yet: key type 1 answers COORDINATOR_NOT_AVAILABLE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from odradek.cluster.controller import Controller
+from odradek.cluster.metadata import TopicMetadata
+from odradek.cluster.topics import GROUP_METADATA_TOPIC
+from odradek.coordinator.group.group_coordinator import GroupCoordinator, LeavingMember
+from odradek.coordinator.group.group_metadata import (
+    JoinGroupResult,
+    OffsetAndMetadata,
+    SyncGroupResult,
+    TopicPartition,
+)
+from odradek.coordinator.group.group_metadata_manager import OffsetFetchResult
+from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.exceptions import KafkaError
+from odradek.protocol.framing import Request
+from odradek.protocol.message import Message
+from odradek.protocol.messages import (
+    delete_groups_request,
+    delete_groups_response,
+    describe_groups_request,
+    describe_groups_response,
+    find_coordinator_request,
+    find_coordinator_response,
+    heartbeat_request,
+    heartbeat_response,
+    join_group_request,
+    join_group_response,
+    leave_group_request,
+    leave_group_response,
+    list_groups_request,
+    list_groups_response,
+    offset_commit_request,
+    offset_commit_response,
+    offset_delete_request,
+    offset_delete_response,
+    offset_fetch_request,
+    offset_fetch_response,
+    sync_group_request,
+    sync_group_response,
+)
+from odradek.server.config import BrokerConfig
+from odradek.server.network import RequestContext
+from odradek.storage.errors import InvalidConfigError
+
+log = logging.getLogger(__name__)
+
+GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+SHARE_KEY_TYPE = 2
+NO_RETENTION_TIME = -1  # OffsetCommit v2-v4: the broker's retention applies
+# DescribeGroups' authorized operations (KIP-430) without an authorizer: READ, DELETE,
+# DESCRIBE, as Kafka's AclOperation codes.
+_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+_NOT_REQUESTED = -(2**31)
+
+Endpoint = Callable[[RequestContext], tuple[str, int]]
+_T = TypeVar("_T")
+
+
+class GroupApis:
+    def __init__(self, config: BrokerConfig, coordinator: GroupCoordinator,
+                 controller: Controller, endpoint: Endpoint) -> None:
+        self.config = config
+        self.coordinator = coordinator
+        self.controller = controller
+        self.endpoint = endpoint  # this broker's advertised address on a listener
+
+    def handlers(self) -> dict[int, Callable[[Request, RequestContext], Any]]:
+        return {
+            ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
+            ApiKey.JOIN_GROUP: self.handle_join_group,
+            ApiKey.SYNC_GROUP: self.handle_sync_group,
+            ApiKey.HEARTBEAT: self.handle_heartbeat,
+            ApiKey.LEAVE_GROUP: self.handle_leave_group,
+            ApiKey.OFFSET_COMMIT: self.handle_offset_commit,
+            ApiKey.OFFSET_FETCH: self.handle_offset_fetch,
+            ApiKey.DESCRIBE_GROUPS: self.handle_describe_groups,
+            ApiKey.LIST_GROUPS: self.handle_list_groups,
+            ApiKey.DELETE_GROUPS: self.handle_delete_groups,
+            ApiKey.OFFSET_DELETE: self.handle_offset_delete,
+        }
+
+    # ---- FindCoordinator --------------------------------------------------------------
+
+    def handle_find_coordinator(self, request: Request, context: RequestContext) -> Message:
+        body = cast(find_coordinator_request.FindCoordinatorRequest, request.body)
+        if request.api_version >= 4:
+            coordinators = []
+            for key in body.coordinator_keys:
+                error, message, node, host, port = self._find(body.key_type, key, context)
+                coordinators.append(find_coordinator_response.Coordinator(
+                    key=key, node_id=node, host=host, port=port, error_code=error,
+                    error_message=message))
+            return find_coordinator_response.FindCoordinatorResponse(coordinators=coordinators)
+        error, message, node, host, port = self._find(body.key_type, body.key, context)
+        return find_coordinator_response.FindCoordinatorResponse(
+            error_code=error, error_message=message, node_id=node, host=host, port=port)
+
+    def _find(self, key_type: int, key: str, context: RequestContext
+              ) -> tuple[int, str | None, int, str, int]:
+        """(error, message, node id, host, port); Kafka's "no node" on errors."""
+        if key_type == GROUP_KEY_TYPE:
+            topic = self._offsets_topic()
+            if topic is not None:
+                state = topic.partitions.get(self.coordinator.partition_for(key))
+                if state is not None and state.leader == self.config.node_id:
+                    host, port = self.endpoint(context)
+                    return ErrorCode.NONE, None, self.config.node_id, host, port
+            message = "the group coordinator is not available"
+        elif key_type in (TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE):
+            message = ("this broker has no transaction coordinator yet"
+                       if key_type == TRANSACTION_KEY_TYPE
+                       else "this broker has no share coordinator")
+        else:
+            return (ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}",
+                    -1, "", -1)
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, message, -1, "", -1
+
+    def _offsets_topic(self) -> TopicMetadata | None:
+        """__consumer_offsets, created now if it does not exist yet."""
+        topic = self.controller.topics.get(GROUP_METADATA_TOPIC)
+        if topic is not None:
+            return topic
+        offsets = self.coordinator.manager.config
+        replication_factor = min(offsets.offsets_topic_replication_factor,
+                                 len(self.controller.live_brokers))
+        configs = {"cleanup.policy": "compact",
+                   "segment.bytes": str(offsets.offsets_topic_segment_bytes),
+                   "compression.type": "producer"}
+        try:
+            self.config.log_config.with_overrides(configs)
+            return self.controller.create_topic(
+                GROUP_METADATA_TOPIC, offsets.offsets_topic_num_partitions, replication_factor,
+                configs)
+        except (KafkaError, InvalidConfigError) as e:
+            log.error("cannot create %s: %s", GROUP_METADATA_TOPIC, e)
+            return None
+
+    # ---- JoinGroup, SyncGroup, Heartbeat, LeaveGroup -----------------------------------
+
+    async def handle_join_group(self, request: Request, context: RequestContext) -> Message:
+        body = cast(join_group_request.JoinGroupRequest, request.body)
+        version = request.api_version
+        instance_id = body.group_instance_id if version >= 5 else None
+        future: asyncio.Future[JoinGroupResult] = asyncio.get_running_loop().create_future()
+        self.coordinator.handle_join_group(
+            body.group_id, body.member_id, instance_id,
+            require_known_member_id=version >= 4 and instance_id is None,
+            support_skipping_assignment=version >= 9,
+            client_id=context.client_id, client_host="/" + context.client_host,
+            # -1 (never set): the session timeout, as for JoinGroup v0.
+            rebalance_timeout_ms=(body.rebalance_timeout_ms if body.rebalance_timeout_ms >= 0
+                                  else body.session_timeout_ms),
+            session_timeout_ms=body.session_timeout_ms, protocol_type=body.protocol_type,
+            protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],
+            callback=_completer(future), reason=body.reason if version >= 8 else None)
+        result = await future
+        response = join_group_response.JoinGroupResponse(
+            error_code=result.error, generation_id=result.generation_id,
+            protocol_name=result.protocol_name if version >= 7 else result.protocol_name or "",
+            leader=result.leader_id, member_id=result.member_id,
+            members=[join_group_response.JoinGroupResponseMember(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id if version >= 5 else None,
+                metadata=m.metadata) for m in result.members])
+        if version >= 7:
+            response.protocol_type = result.protocol_type
+        if version >= 9:
+            response.skip_assignment = result.skip_assignment
+        return response
+
+    async def handle_sync_group(self, request: Request, context: RequestContext) -> Message:
+        body = cast(sync_group_request.SyncGroupRequest, request.body)
+        version = request.api_version
+        if version >= 5 and (body.protocol_type is None or body.protocol_name is None):
+            return sync_group_response.SyncGroupResponse(
+                error_code=ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        future: asyncio.Future[SyncGroupResult] = asyncio.get_running_loop().create_future()
+        self.coordinator.handle_sync_group(
+            body.group_id, body.generation_id, body.member_id,
+            body.protocol_type if version >= 5 else None,
+            body.protocol_name if version >= 5 else None,
+            body.group_instance_id if version >= 3 else None,
+            {a.member_id: bytes(a.assignment) for a in body.assignments},
+            _completer(future))
+        result = await future
+        response = sync_group_response.SyncGroupResponse(
+            error_code=result.error, assignment=result.assignment)
+        if version >= 5:
+            response.protocol_type = result.protocol_type
+            response.protocol_name = result.protocol_name
+        return response
+
+    def handle_heartbeat(self, request: Request, context: RequestContext) -> Message:
+        body = cast(heartbeat_request.HeartbeatRequest, request.body)
+        error = self.coordinator.handle_heartbeat(
+            body.group_id, body.member_id,
+            body.group_instance_id if request.api_version >= 3 else None, body.generation_id)
+        return heartbeat_response.HeartbeatResponse(error_code=error)
+
+    def handle_leave_group(self, request: Request, context: RequestContext) -> Message:
+        body = cast(leave_group_request.LeaveGroupRequest, request.body)
+        version = request.api_version
+        if version >= 3:
+            leaving = [LeavingMember(m.member_id, m.group_instance_id,
+                                     m.reason if version >= 5 else None) for m in body.members]
+        else:
+            leaving = [LeavingMember(body.member_id)]
+        error, results = self.coordinator.handle_leave_group(body.group_id, leaving)
+        if version >= 3:
+            return leave_group_response.LeaveGroupResponse(
+                error_code=error, members=[leave_group_response.MemberResponse(
+                    member_id=m.member_id, group_instance_id=m.group_instance_id,
+                    error_code=code) for m, code in results])
+        # One member: its error is the response's, as Kafka answers older versions.
+        if error == ErrorCode.NONE and results:
+            error = results[0][1]
+        return leave_group_response.LeaveGroupResponse(error_code=error)
+
+    # ---- OffsetCommit, OffsetFetch, OffsetDelete ---------------------------------------
+
+    def _known(self, topic: str, partition: int) -> bool:
+        metadata = self.controller.topics.get(topic)
+        return metadata is not None and partition in metadata.partitions
+
+    def handle_offset_commit(self, request: Request, context: RequestContext) -> Message:
+        body = cast(offset_commit_request.OffsetCommitRequest, request.body)
+        version = request.api_version
+        now = self.coordinator.time.milliseconds()
+        retention = body.retention_time_ms if version <= 4 else NO_RETENTION_TIME
+        expire = None if retention == NO_RETENTION_TIME else now + retention
+        errors: dict[TopicPartition, int] = {}
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        for t in body.topics:
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                if not self._known(*tp):
+                    errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                offsets[tp] = OffsetAndMetadata(
+                    offset=p.committed_offset,
+                    leader_epoch=p.committed_leader_epoch if version >= 6 else -1,
+                    metadata=p.committed_metadata or "", commit_timestamp=now,
+                    expire_timestamp=expire)
+                errors.pop(tp, None)
+        if offsets:
+            errors.update(self.coordinator.handle_commit_offsets(
+                body.group_id, body.member_id,
+                body.group_instance_id if version >= 7 else None,
+                body.generation_id_or_member_epoch, offsets))
+        return offset_commit_response.OffsetCommitResponse(topics=[
+            offset_commit_response.OffsetCommitResponseTopic(name=t.name, partitions=[
+                offset_commit_response.OffsetCommitResponsePartition(
+                    partition_index=p.partition_index,
+                    error_code=errors[(t.name, p.partition_index)])
+                for p in t.partitions])
+            for t in body.topics])
+
+    def handle_offset_fetch(self, request: Request, context: RequestContext) -> Message:
+        body = cast(offset_fetch_request.OffsetFetchRequest, request.body)
+        version = request.api_version
+        if version >= 8:
+            groups = []
+            for g in body.groups:
+                wanted = (None if g.topics is None else
+                          [(t.name, p) for t in g.topics for p in t.partition_indexes])
+                error, offsets = self.coordinator.handle_fetch_offsets(
+                    g.group_id, body.require_stable, wanted)
+                groups.append(offset_fetch_response.OffsetFetchResponseGroup(
+                    group_id=g.group_id, error_code=error,
+                    topics=[offset_fetch_response.OffsetFetchResponseTopics(
+                        name=name, partitions=[offset_fetch_response.OffsetFetchResponsePartitions(
+                            partition_index=index, committed_offset=r.offset,
+                            committed_leader_epoch=r.leader_epoch, metadata=r.metadata,
+                            error_code=r.error) for index, r in partitions])
+                        for name, partitions in _by_topic(offsets, wanted)]))
+            return offset_fetch_response.OffsetFetchResponse(groups=groups)
+        wanted = (None if body.topics is None else
+                  [(t.name, p) for t in body.topics for p in t.partition_indexes])
+        error, offsets = self.coordinator.handle_fetch_offsets(
+            body.group_id, body.require_stable if version >= 7 else False, wanted)
+        if error and version < 2:
+            # No top-level error before v2: each requested partition carries it.
+            offsets = {tp: OffsetFetchResult(error=error) for tp in wanted or ()}
+        response = offset_fetch_response.OffsetFetchResponse(
+            topics=[offset_fetch_response.OffsetFetchResponseTopic(
+                name=name, partitions=[offset_fetch_response.OffsetFetchResponsePartition(
+                    partition_index=index, committed_offset=r.offset,
+                    committed_leader_epoch=r.leader_epoch if version >= 5 else -1,
+                    metadata=r.metadata, error_code=r.error) for index, r in partitions])
+                for name, partitions in _by_topic(offsets, wanted)])
+        if version >= 2:
+            response.error_code = error
+        return response
+
+    def handle_offset_delete(self, request: Request, context: RequestContext) -> Message:
+        body = cast(offset_delete_request.OffsetDeleteRequest, request.body)
+        errors: dict[TopicPartition, int] = {}
+        known: list[TopicPartition] = []
+        for t in body.topics:
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                if self._known(*tp):
+                    known.append(tp)
+                else:
+                    errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        error, deleted = self.coordinator.handle_delete_offsets(body.group_id, known)
+        if error:
+            return offset_delete_response.OffsetDeleteResponse(error_code=error)
+        errors.update(deleted)
+        topics: dict[str, list[offset_delete_response.OffsetDeleteResponsePartition]] = {}
+        for (name, index), code in errors.items():
+            topics.setdefault(name, []).append(
+                offset_delete_response.OffsetDeleteResponsePartition(
+                    partition_index=index, error_code=code))
+        return offset_delete_response.OffsetDeleteResponse(topics=[
+            offset_delete_response.OffsetDeleteResponseTopic(name=name, partitions=partitions)
+            for name, partitions in topics.items()])
+
+    # ---- DescribeGroups, ListGroups, DeleteGroups --------------------------------------
+
+    def handle_describe_groups(self, request: Request, context: RequestContext) -> Message:
+        body = cast(describe_groups_request.DescribeGroupsRequest, request.body)
+        version = request.api_version
+        groups = []
+        for group_id in body.groups:
+            error, summary = self.coordinator.handle_describe_group(group_id)
+            described = describe_groups_response.DescribedGroup(
+                error_code=error, group_id=group_id, group_state=summary.state,
+                protocol_type=summary.protocol_type, protocol_data=summary.protocol,
+                members=[describe_groups_response.DescribedGroupMember(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id if version >= 4 else None,
+                    client_id=m.client_id, client_host=m.client_host,
+                    member_metadata=m.metadata, member_assignment=m.assignment)
+                    for m in summary.members])
+            if version >= 3:
+                described.authorized_operations = (
+                    _GROUP_OPERATIONS if body.include_authorized_operations
+                    else _NOT_REQUESTED)
+            groups.append(described)
+        return describe_groups_response.DescribeGroupsResponse(groups=groups)
+
+    def handle_list_groups(self, request: Request, context: RequestContext) -> Message:
+        body = cast(list_groups_request.ListGroupsRequest, request.body)
+        version = request.api_version
+        error, overviews = self.coordinator.handle_list_groups(
+            body.states_filter if version >= 4 else (),
+            body.types_filter if version >= 5 else ())
+        groups = []
+        for o in overviews:
+            listed = list_groups_response.ListedGroup(group_id=o.group_id,
+                                                      protocol_type=o.protocol_type)
+            if version >= 4:
+                listed.group_state = o.state
+            if version >= 5:
+                listed.group_type = o.group_type
+            groups.append(listed)
+        return list_groups_response.ListGroupsResponse(error_code=error, groups=groups)
+
+    def handle_delete_groups(self, request: Request, context: RequestContext) -> Message:
+        body = cast(delete_groups_request.DeleteGroupsRequest, request.body)
+        errors = self.coordinator.handle_delete_groups(list(dict.fromkeys(body.groups_names)))
+        return delete_groups_response.DeleteGroupsResponse(results=[
+            delete_groups_response.DeletableGroupResult(group_id=g, error_code=errors[g])
+            for g in dict.fromkeys(body.groups_names)])
+
+
+def _completer(future: asyncio.Future[_T]) -> Callable[[_T], None]:
+    def complete(result: _T) -> None:
+        if not future.done():  # the connection may be gone; the answer is then dropped
+            future.set_result(result)
+    return complete
+
+
+def _by_topic(offsets: dict[TopicPartition, OffsetFetchResult],
+              wanted: list[TopicPartition] | None
+              ) -> list[tuple[str, list[tuple[int, OffsetFetchResult]]]]:
+    """Offsets grouped by topic: in the order asked for, or sorted when all were."""
+    order = wanted if wanted is not None else sorted(offsets)
+    topics: dict[str, dict[int, OffsetFetchResult]] = {}
+    for tp in order:
+        if tp in offsets:
+            topics.setdefault(tp[0], {})[tp[1]] = offsets[tp]
+    return [(name, list(partitions.items())) for name, partitions in topics.items()]
