@@ -1,7 +1,8 @@
 """`odradek`: the operator's command.
 
 Subcommands grow with the platform. Today: run a broker (`serve`); manage topics
-(`topics`), write and read records (`produce`, `consume`) through librdkafka; and for the
+(`topics`), write and read records (`produce`, `consume`), inspect and manage consumer
+groups (`groups`), all through librdkafka; and for the
 protocol: what it speaks (`apis`), what an error code means (`errors`), and a look inside
 a captured request (`decode`).
 """
@@ -13,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from odradek import __version__
-from odradek.cli import consume, produce, serve, topics
+from odradek.cli import consume, groups, produce, serve, topics
 from odradek.protocol.api_keys import API_SPECS
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     topics.register(commands)
     produce.register(commands)
     consume.register(commands)
+    groups.register(commands)
     return parser
 
 
