@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
 
 DEFAULT_BOOTSTRAP = "localhost:9092"
 BOOTSTRAP_ENV = "ODRADEK_BOOTSTRAP"
@@ -223,6 +224,16 @@ def make_client(cls: Callable[[dict[str, Any]], T], config: dict[str, Any]) -> T
         return cls(config)
     except (KafkaException, ValueError, TypeError) as e:
         raise CliError(f"invalid client configuration: {describe_error(e)}", EXIT_USAGE) from e
+
+
+class AdminCommand:
+    """An AdminClient with the command's timeout and a memory of connection errors."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.errors = ErrorRecorder()
+        self.timeout = timeout_of(args)
+        self.client: AdminClient = make_client(
+            AdminClient, client_config(args, error_cb=self.errors))
 
 
 def wait_all(futures: Iterable[Future[T]], timeout: float, poll: Callable[[float], Any],

@@ -21,19 +21,16 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import OffsetSpec
 
 from odradek.cli.client import (
     EXIT_FAILURE,
     EXIT_USAGE,
+    AdminCommand,
     CliError,
-    ErrorRecorder,
-    client_config,
     command,
     common_options,
     describe_error,
-    make_client,
-    timeout_of,
     wait_all,
 )
 from odradek.cli.output import print_json, print_table
@@ -85,13 +82,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     delete.set_defaults(run=run_delete)
 
 
-class GroupAdmin:
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.errors = ErrorRecorder()
-        self.timeout = timeout_of(args)
-        self.client: AdminClient = make_client(
-            AdminClient, client_config(args, error_cb=self.errors))
-
+class GroupAdmin(AdminCommand):
     def wait(self, futures: Mapping[K, Future[Any]]) -> dict[K, Any]:
         """Every future's result; the first failure becomes a CliError."""
         wait_all(futures.values(), self.timeout, self.client.poll, self.errors)
@@ -182,7 +173,7 @@ def run_describe(args: argparse.Namespace) -> int:
                 owner[(tp.topic, tp.partition)] = member
         partitions = sorted(set(committed) | set(owner))
         ends = admin.offsets(partitions, OffsetSpec.latest())
-        rows = []
+        rows: list[dict[str, Any]] = []
         for tp in partitions:
             offset = committed.get(tp, (None, ""))[0]
             end = ends.get(tp)

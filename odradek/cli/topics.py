@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import (
-    AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
@@ -29,18 +28,15 @@ from confluent_kafka.admin import (
 from odradek.cli.client import (
     EXIT_FAILURE,
     EXIT_USAGE,
+    AdminCommand,
     CliError,
-    ErrorRecorder,
-    client_config,
     command,
     common_options,
     describe_error,
     error_code,
     kafka_uuid,
     key_value,
-    make_client,
     positive_int,
-    timeout_of,
     wait_all,
 )
 from odradek.cli.output import print_json, print_table
@@ -102,15 +98,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     delete.set_defaults(run=run_delete)
 
 
-class Admin:
-    """An AdminClient with the command's timeout and a memory of connection errors."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.errors = ErrorRecorder()
-        self.timeout = timeout_of(args)
-        self.client: AdminClient = make_client(
-            AdminClient, client_config(args, error_cb=self.errors))
-
+class Admin(AdminCommand):
     def results(self, futures: Mapping[K, Future[Any]]
                 ) -> dict[K, tuple[Any, KafkaException | None]]:
         """(result, None) or (None, error) for each key, once every future is done."""
