@@ -70,6 +70,7 @@ GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 SHARE_KEY_TYPE = 2
 NO_RETENTION_TIME = -1  # OffsetCommit v2-v4: the broker's retention applies
+LONG_MAX = 2**63 - 1
 # DescribeGroups' authorized operations (KIP-430) without an authorizer: READ, DELETE,
 # DESCRIBE, as Kafka's AclOperation codes.
 _GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
@@ -250,7 +251,9 @@ class GroupApis:
         version = request.api_version
         now = self.coordinator.time.milliseconds()
         retention = body.retention_time_ms if version <= 4 else NO_RETENTION_TIME
-        expire = None if retention == NO_RETENTION_TIME else now + retention
+        # The record's expire timestamp is an int64: a retention that would carry it past
+        # Long.MAX_VALUE (Kafka's sum wraps around) keeps the offset as long as there is.
+        expire = None if retention == NO_RETENTION_TIME else min(now + retention, LONG_MAX)
         errors: dict[TopicPartition, int] = {}
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         for t in body.topics:
