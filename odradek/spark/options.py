@@ -1,0 +1,261 @@
+"""The data source's options, named and checked as Spark's built-in Kafka source names them.
+
+Options are read case-insensitively (Spark lower-cases the keys). Every check here runs on
+the driver, before the query starts: an unknown option or a contradictory pair fails with a
+message that names it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+EARLIEST = -2
+LATEST = -1
+
+# Read options this session's reader understands (lower-case).
+_READ_OPTIONS = {
+    "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
+    "minpartitions", "failondataloss", "includeheaders", "maxoffsetspertrigger",
+    "kafkaconsumer.polltimeoutms",
+}
+# Options of Spark's Kafka source that this data source does not implement yet.
+_NOT_YET = {
+    "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp",
+    "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy", "maxpartitions",
+    "minoffsetspertrigger", "maxtriggerdelay", "groupidprefix", "fetchoffset.numretries",
+    "fetchoffset.retryintervalms",
+}
+# Client settings Spark's Kafka source refuses, because the source manages them itself.
+_FORBIDDEN_CLIENT = {
+    "group.id": "the data source reads assigned partitions without a consumer group",
+    "auto.offset.reset": "use startingOffsets instead",
+    "enable.auto.commit": "offsets are tracked by Spark, never committed to the broker",
+    "key.deserializer": "keys are always returned as binary",
+    "value.deserializer": "values are always returned as binary",
+    "key.serializer": "keys are written as binary or string columns",
+    "value.serializer": "values are written as binary or string columns",
+    "interceptor.classes": "interceptors are not supported",
+}
+_WRITE_OPTIONS = {"topic"}
+
+
+class OdradekOptionError(ValueError):
+    """An option is unknown, malformed, or contradicts another one."""
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    # The options object of Spark is case-insensitive; plain dicts in unit tests may not be.
+    value = options.get(name)
+    if value is None:
+        value = options.get(name.lower())
+    if value is None:
+        for key, item in options.items():
+            if key.lower() == name.lower():
+                return str(item)
+    return None if value is None else str(value)
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    value = _get(options, name)
+    if value is None:
+        return default
+    if value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise OdradekOptionError(f"option {name} must be true or false, not {value!r}")
+
+
+def _int(options: Mapping[str, str], name: str, minimum: int) -> int | None:
+    value = _get(options, name)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise OdradekOptionError(f"option {name} must be an integer, not {value!r}") from None
+    if number < minimum:
+        raise OdradekOptionError(f"option {name} must be at least {minimum}, not {number}")
+    return number
+
+
+def client_config(options: Mapping[str, str]) -> dict[str, str]:
+    """The kafka.* options, without their prefix, for confluent-kafka."""
+    config: dict[str, str] = {}
+    for key, value in options.items():
+        if key.lower().startswith("kafka."):
+            name = key[len("kafka."):].lower()
+            if name in _FORBIDDEN_CLIENT:
+                raise OdradekOptionError(
+                    f"option kafka.{name} is not supported: {_FORBIDDEN_CLIENT[name]}")
+            config[name] = str(value)
+    if "bootstrap.servers" not in config:
+        raise OdradekOptionError("option kafka.bootstrap.servers is required")
+    return config
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Exactly one of subscribe (topic list), subscribePattern, assign."""
+
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assigned: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return "subscribe" if self.topics else "subscribePattern" if self.pattern else "assign"
+
+
+# A per-partition offset specification: {"topic": {"0": 23, "1": -2}}; -2 earliest, -1 latest.
+OffsetSpec = str | dict[str, dict[str, int]]
+
+
+def _offset_spec(options: Mapping[str, str], name: str, default: str,
+                 allowed_words: tuple[str, ...], allowed_special: tuple[int, ...]) -> OffsetSpec:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    word = raw.strip().lower()
+    if word in ("earliest", "latest"):
+        if word not in allowed_words:
+            raise OdradekOptionError(f"option {name}={word} is not allowed here "
+                                     f"(allowed: {', '.join(allowed_words)} or a JSON object)")
+        return word
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError:
+        raise OdradekOptionError(
+            f"option {name} must be earliest, latest or JSON like "
+            f'{{"topic":{{"0":23,"1":-2}}}}, not {raw!r}') from None
+    if not isinstance(parsed, dict) or not all(isinstance(v, dict) for v in parsed.values()):
+        raise OdradekOptionError(f'option {name} must be a JSON object like '
+                                 f'{{"topic":{{"0":23,"1":-2}}}}, not {raw!r}')
+    spec: dict[str, dict[str, int]] = {}
+    for topic, partitions in parsed.items():
+        spec[str(topic)] = {}
+        for partition, offset in partitions.items():
+            try:
+                p = int(partition)
+            except ValueError:
+                raise OdradekOptionError(
+                    f"option {name}: partition {partition!r} of {topic} is not a number") from None
+            if isinstance(offset, bool) or not isinstance(offset, int):
+                raise OdradekOptionError(
+                    f"option {name}: offset of {topic}-{p} must be an integer, not {offset!r}")
+            if offset < 0 and offset not in allowed_special:
+                raise OdradekOptionError(
+                    f"option {name}: offset {offset} of {topic}-{p} is not allowed here")
+            spec[str(topic)][str(p)] = offset
+    return spec
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    client: dict[str, str]
+    subscription: Subscription
+    starting: OffsetSpec
+    ending: OffsetSpec
+    min_partitions: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    max_offsets_per_trigger: int | None = None
+    poll_timeout_ms: int = 120_000
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _subscription(options: Mapping[str, str]) -> Subscription:
+    given = [name for name in ("subscribe", "subscribePattern", "assign")
+             if _get(options, name) is not None]
+    if len(given) != 1:
+        found = ", ".join(given) if given else "none"
+        raise OdradekOptionError(
+            f"exactly one of subscribe, subscribePattern, assign must be given (found: {found})")
+    value = _get(options, given[0]) or ""
+    if given[0] == "subscribe":
+        topics = tuple(t.strip() for t in value.split(",") if t.strip())
+        if not topics:
+            raise OdradekOptionError("option subscribe must name at least one topic")
+        return Subscription(topics=topics)
+    if given[0] == "subscribePattern":
+        if not value.strip():
+            raise OdradekOptionError("option subscribePattern must not be empty")
+        try:
+            re.compile(value)
+        except re.error as e:
+            raise OdradekOptionError(f"option subscribePattern is not a pattern: {e}") from None
+        return Subscription(pattern=value)
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = None
+    if (not isinstance(parsed, dict) or not parsed
+            or not all(isinstance(v, list) and all(isinstance(p, int) and not isinstance(p, bool)
+                                                   for p in v) for v in parsed.values())):
+        raise OdradekOptionError(
+            f'option assign must be a JSON object like {{"topicA":[0,1],"topicB":[2]}}, '
+            f"not {value!r}")
+    return Subscription(assigned=tuple(sorted({(str(t), int(p))
+                                               for t, ps in parsed.items() for p in ps})))
+
+
+def _check_names(options: Mapping[str, str], allowed: set[str]) -> None:
+    for key in options:
+        name = key.lower()
+        if name.startswith("kafka.") or name in allowed or name == "path":
+            continue
+        if name in _NOT_YET:
+            raise OdradekOptionError(f"option {key} is not supported by the odradek data "
+                                     "source yet")
+        raise OdradekOptionError(f"unknown option {key!r} for the odradek data source")
+
+
+def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
+    _check_names(options, _READ_OPTIONS)
+    client = client_config(options)
+    subscription = _subscription(options)
+    if streaming:
+        if _get(options, "endingOffsets") is not None:
+            raise OdradekOptionError("option endingOffsets is for batch queries only")
+        starting = _offset_spec(options, "startingOffsets", "latest", ("earliest", "latest"),
+                                (EARLIEST, LATEST))
+        ending: OffsetSpec = "latest"
+    else:
+        if _get(options, "maxOffsetsPerTrigger") is not None:
+            raise OdradekOptionError("option maxOffsetsPerTrigger is for streaming queries only")
+        starting = _offset_spec(options, "startingOffsets", "earliest", ("earliest",),
+                                (EARLIEST,))
+        ending = _offset_spec(options, "endingOffsets", "latest", ("latest",), (LATEST,))
+    for name, spec in (("startingOffsets", starting), ("endingOffsets", ending)):
+        if isinstance(spec, dict) and subscription.assigned:
+            missing = set(subscription.assigned) - {
+                (t, int(p)) for t, ps in spec.items() for p in ps}
+            if missing:
+                raise OdradekOptionError(
+                    f"option {name} does not give offsets for assigned partitions "
+                    f"{sorted(missing)}")
+    return ReadOptions(
+        client=client,
+        subscription=subscription,
+        starting=starting,
+        ending=ending,
+        min_partitions=_int(options, "minPartitions", 1),
+        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        include_headers=_bool(options, "includeHeaders", False),
+        max_offsets_per_trigger=_int(options, "maxOffsetsPerTrigger", 1),
+        poll_timeout_ms=_int(options, "kafkaConsumer.pollTimeoutMs", 1) or 120_000,
+    )
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    client: dict[str, str]
+    topic: str | None
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    _check_names(options, _WRITE_OPTIONS)
+    topic = _get(options, "topic")
+    return WriteOptions(client=client_config(options), topic=topic.strip() if topic else None)

@@ -1,0 +1,238 @@
+"""The `odradek` data source for Spark's Python Data Source API: batch reads and writes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from .options import (
+    OdradekOptionError,
+    ReadOptions,
+    WriteOptions,
+    parse_read_options,
+    parse_write_options,
+)
+from .ranges import OffsetRange, read_range, resolve_batch_ranges, split_ranges
+
+BASE_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
+               "timestamp timestamp, timestampType int")
+HEADERS_FIELD = "headers array<struct<key: string, value: binary>>"
+
+_HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def row_schema(include_headers: bool) -> str:
+    return f"{BASE_SCHEMA}, {HEADERS_FIELD}" if include_headers else BASE_SCHEMA
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    """The Arrow schema Spark derives from row_schema(): read() must yield exactly this."""
+    fields = [
+        pa.field("key", pa.binary()), pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()), pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(pa.field("headers", _HEADER_TYPE))
+    return pa.schema(fields)
+
+
+def _timestamp_type(kind: int) -> int:
+    # confluent-kafka: 1 CreateTime, 2 LogAppendTime; Spark's Kafka source: 0 and 1.
+    return 1 if kind == 2 else 0
+
+
+def to_record_batch(messages: Sequence[Any], schema: pa.Schema,
+                    include_headers: bool) -> pa.RecordBatch:
+    keys, values, topics, partitions, offsets, stamps, kinds = [], [], [], [], [], [], []
+    headers: list[list[dict[str, Any]]] = []
+    for m in messages:
+        keys.append(m.key())
+        values.append(m.value())
+        topics.append(m.topic())
+        partitions.append(m.partition())
+        offsets.append(m.offset())
+        kind, stamp = m.timestamp()
+        stamps.append(stamp * 1000 if kind else None)
+        kinds.append(_timestamp_type(kind))
+        if include_headers:
+            headers.append([{"key": k, "value": v} for k, v in (m.headers() or [])])
+    arrays = [
+        pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+        pa.array(topics, pa.string()), pa.array(partitions, pa.int32()),
+        pa.array(offsets, pa.int64()),
+        pa.array(stamps, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array(kinds, pa.int32()),
+    ]
+    if include_headers:
+        arrays.append(pa.array(headers, _HEADER_TYPE))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+@dataclass
+class RangePartition(InputPartition):
+    """One input partition: exactly the records [start, end) of a topic partition."""
+
+    range: OffsetRange
+
+
+class OdradekBatchReader(DataSourceReader):
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        ranges = split_ranges(resolve_batch_ranges(self.options), self.options.min_partitions)
+        return [RangePartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)
+        schema = arrow_schema(self.options.include_headers)
+        for chunk in read_range(self.options, partition.range):
+            yield to_record_batch(chunk, schema, self.options.include_headers)
+
+
+@dataclass
+class WriteResult(WriterCommitMessage):
+    partition_id: int
+    records: int
+
+
+_WRITE_COLUMNS = {"key", "value", "topic", "partition", "headers"}
+
+
+def check_write_schema(schema: StructType, options: WriteOptions) -> None:
+    names = {f.name.lower(): f for f in schema.fields}
+    unknown = sorted(set(names) - _WRITE_COLUMNS)
+    if unknown:
+        raise OdradekOptionError(f"cannot write columns {unknown}: the odradek sink takes key, "
+                                 "value, topic, partition and headers")
+    if "value" not in names:
+        raise OdradekOptionError("the odradek sink needs a value column")
+    for column in ("key", "value"):
+        if column in names and names[column].dataType.typeName() not in ("binary", "string"):
+            raise OdradekOptionError(f"column {column} must be binary or string, not "
+                                     f"{names[column].dataType.simpleString()}")
+    if "topic" in names and names["topic"].dataType.typeName() != "string":
+        raise OdradekOptionError("column topic must be a string")
+    if "partition" in names and names["partition"].dataType.typeName() != "integer":
+        raise OdradekOptionError("column partition must be an int")
+    if "headers" in names:
+        text = names["headers"].dataType.simpleString()
+        if text not in ("array<struct<key:string,value:binary>>",
+                        "array<struct<key:string,value:string>>"):
+            raise OdradekOptionError(
+                f"column headers must be array<struct<key string, value binary>>, not {text}")
+    if options.topic is None and "topic" not in names:
+        raise OdradekOptionError("give the topic: a topic option or a topic column")
+
+
+def _bytes(value: Any) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value)
+
+
+class OdradekBatchWriter(DataSourceArrowWriter):
+    """Each task writes its rows with its own idempotent producer and waits for every
+    acknowledgement; a failed delivery fails that task with the broker's error."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
+        from confluent_kafka import Producer
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition_id = context.partitionId() if context is not None else 0
+        errors: list[str] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        producer = Producer({"acks": "all", **self.options.client,
+                             "enable.idempotence": True})
+        count = 0
+        for batch in iterator:
+            columns = {name.lower(): batch.column(i).to_pylist()
+                       for i, name in enumerate(batch.schema.names)}
+            n = batch.num_rows
+            for i in range(n):
+                topic = self.options.topic or columns["topic"][i]
+                if topic is None:
+                    raise ValueError(f"row {count + i} of task {partition_id} has no topic")
+                kwargs: dict[str, Any] = {"value": _bytes(columns["value"][i])}
+                if "key" in columns:
+                    kwargs["key"] = _bytes(columns["key"][i])
+                if "partition" in columns and columns["partition"][i] is not None:
+                    kwargs["partition"] = columns["partition"][i]
+                if "headers" in columns and columns["headers"][i]:
+                    kwargs["headers"] = [(h["key"], _bytes(h["value"]))
+                                         for h in columns["headers"][i]]
+                while True:
+                    try:
+                        producer.produce(topic, on_delivery=delivered, **kwargs)
+                        break
+                    except BufferError:
+                        producer.poll(0.1)
+                producer.poll(0)
+                if errors:
+                    break
+            count += n
+            if errors:
+                break
+        remaining = producer.flush(120)
+        if errors or remaining:
+            detail = errors[0] if errors else f"{remaining} records unacknowledged"
+            raise RuntimeError(f"odradek sink task {partition_id} failed after {count} rows "
+                               f"({len(errors)} delivery errors): {detail}")
+        return WriteResult(partition_id, count)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        # Records are visible once acknowledged: there is nothing left to publish.
+        return None
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        # Records acknowledged before the failure stay in their topics (at-least-once).
+        return None
+
+
+class OdradekDataSource(DataSource):
+    """Topics of an Odradek (or any Kafka) cluster as a Spark data source: `odradek`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "odradek"
+
+    def schema(self) -> str:
+        include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
+        return row_schema(include)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = parse_read_options(self.options, streaming=False)
+        return OdradekBatchReader(options)
+
+    def streamReader(self, schema: StructType) -> Any:
+        from .stream import OdradekStreamReader
+
+        return OdradekStreamReader(parse_read_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> OdradekBatchWriter:
+        options = parse_write_options(self.options)
+        check_write_schema(schema, options)
+        return OdradekBatchWriter(options)

@@ -1,0 +1,139 @@
+"""The streaming reader: Structured Streaming micro-batches over topics.
+
+Offsets are JSON objects like Spark's Kafka source writes them, {"topic": {"0": 42}}: the
+next offset to read in each partition. Spark checkpoints them, so a query restarted from its
+checkpoint resumes exactly where it stopped. Partitions that appear while the query runs are
+read from their earliest offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa  # type: ignore[import-untyped]
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from .options import EARLIEST, LATEST, ReadOptions
+from .ranges import (
+    OdradekDataLossError,
+    OffsetRange,
+    open_consumer,
+    read_range,
+    split_ranges,
+    topic_partitions,
+    watermarks,
+)
+from .source import RangePartition, arrow_schema, to_record_batch
+
+Offsets = dict[str, dict[str, int]]
+Marks = dict[tuple[str, int], tuple[int, int]]
+
+
+def _flat(offsets: Offsets) -> dict[tuple[str, int], int]:
+    return {(t, int(p)): int(o) for t, ps in offsets.items() for p, o in ps.items()}
+
+
+def _nested(flat: dict[tuple[str, int], int]) -> Offsets:
+    out: Offsets = {}
+    for (t, p), o in sorted(flat.items()):
+        out.setdefault(t, {})[str(p)] = o
+    return out
+
+
+def rate_limit(start: dict[tuple[str, int], int], latest: dict[tuple[str, int], int],
+               max_rows: int) -> dict[tuple[str, int], int]:
+    """Advances each partition towards latest by at most max_rows in all, in proportion to
+    each partition's lag (as Spark's Kafka source does for maxOffsetsPerTrigger)."""
+    lags = {tp: max(0, latest[tp] - start[tp]) for tp in latest}
+    total = sum(lags.values())
+    if total <= max_rows:
+        return dict(latest)
+    shares = {tp: lag * max_rows // total for tp, lag in lags.items()}
+    left = max_rows - sum(shares.values())
+    for tp in sorted(lags, key=lambda tp: lags[tp] - shares[tp], reverse=True):
+        if left <= 0:
+            break
+        if shares[tp] < lags[tp]:
+            shares[tp] += 1
+            left -= 1
+    return {tp: start[tp] + shares[tp] for tp in latest}
+
+
+class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self.target: dict[tuple[str, int], int] | None = None
+
+    def _marks(self) -> Marks:
+        consumer = open_consumer(self.options)
+        try:
+            return watermarks(consumer, topic_partitions(consumer, self.options.subscription))
+        finally:
+            consumer.close()
+
+    def initialOffset(self) -> Offsets:
+        marks = self._marks()
+        offsets: dict[tuple[str, int], int] = {}
+        for (topic, partition), (low, high) in marks.items():
+            spec = self.options.starting
+            if isinstance(spec, str):
+                wanted = EARLIEST if spec == "earliest" else LATEST
+            else:
+                wanted = spec.get(topic, {}).get(str(partition), LATEST)
+            offsets[(topic, partition)] = (low if wanted == EARLIEST else high
+                                           if wanted == LATEST else wanted)
+        return _nested(offsets)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = {tp: high for tp, (_low, high) in self._marks().items()}
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        marks = self._marks()
+        begin = _flat(start)
+        for tp, (low, _high) in marks.items():
+            begin.setdefault(tp, low)   # a new partition: from its earliest offset
+        latest = dict(begin)
+        for tp, (_low, high) in marks.items():
+            cap = high if self.target is None else min(high, self.target.get(tp, begin[tp]))
+            latest[tp] = max(begin[tp], cap)
+        if isinstance(limit, ReadMaxRows):
+            latest = rate_limit(begin, latest, limit.max_rows)
+        return _nested(latest)
+
+    def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
+        begin, finish = _flat(start), _flat(end)
+        marks = self._marks()
+        ranges = []
+        for tp, stop in sorted(finish.items()):
+            low, _high = marks.get(tp, (0, 0))
+            first = begin.get(tp, low)
+            if first < low:
+                if self.options.fail_on_data_loss:
+                    raise OdradekDataLossError(
+                        f"offsets {first}..{low - 1} of {tp[0]}-{tp[1]} were deleted before "
+                        "the query read them; set failOnDataLoss=false to skip them")
+                first = min(low, stop)
+            if stop > first:
+                ranges.append(OffsetRange(tp[0], tp[1], first, stop))
+        return [RangePartition(r) for r in split_ranges(ranges, self.options.min_partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)
+        schema = arrow_schema(self.options.include_headers)
+        for chunk in read_range(self.options, partition.range):
+            yield to_record_batch(chunk, schema, self.options.include_headers)
+
+    def commit(self, end: Offsets) -> None:
+        # Spark checkpoints offsets itself; nothing is committed to the broker.
+        return None

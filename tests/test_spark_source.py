@@ -1,0 +1,284 @@
+"""The `odradek` PySpark data source against a real broker and a real Spark (local[2]).
+
+One SparkSession serves the whole module (start-up takes seconds); every test uses topics of
+its own on one shared broker process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from support.broker import BrokerProcess
+
+from odradek.spark import register
+from odradek.spark.options import OdradekOptionError, parse_read_options
+from odradek.spark.ranges import OffsetRange, split_ranges
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("spark-broker"),
+                            {"auto.create.topics.enable": "false"}).start()
+    yield process
+    process.stop()
+    assert "Traceback" not in process.log_text(), process.log_text()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (SparkSession.builder.master("local[2]").appName("odradek-tests")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.session.timeZone", "UTC")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
+
+
+def create_topic(broker: BrokerProcess, partitions: int) -> str:
+    name = f"spark-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    return name
+
+
+Record = tuple[bytes | None, bytes, int, int, list[tuple[str, str | bytes | None]]]
+
+
+def produce(broker: BrokerProcess, topic: str, partitions: int, count: int) -> list[Record]:
+    """(key, value, partition, timestamp ms, headers) of each record, in production order."""
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    records: list[Record] = []
+    for i in range(count):
+        key = None if i % 7 == 3 else f"k{i}".encode()
+        value = f"value-{i}".encode() * (1 + i % 3)
+        partition = i % partitions
+        stamp = 1_700_000_000_000 + i * 1000
+        headers: list[tuple[str, str | bytes | None]] = (
+            [("h", str(i).encode()), ("empty", b"")] if i % 2 else [])
+        producer.produce(topic, value=value, key=key, partition=partition, timestamp=stamp,
+                         headers=headers)
+        records.append((key, value, partition, stamp, headers))
+    assert producer.flush(30) == 0
+    return records
+
+
+def expected_rows(topic: str, records: list[Record]) -> list[tuple[Any, ...]]:
+    next_offset: dict[int, int] = {}
+    rows = []
+    for key, value, partition, stamp, headers in records:
+        offset = next_offset.get(partition, 0)
+        next_offset[partition] = offset + 1
+        rows.append((key, value, topic, partition, offset,
+                     datetime.fromtimestamp(stamp / 1000, UTC).replace(tzinfo=None), 0,
+                     [(k, v) for k, v in headers]))
+    return sorted(rows, key=lambda r: (r[3], r[4]))
+
+
+def collect(df: Any, headers: bool = True) -> list[tuple[Any, ...]]:
+    rows = []
+    for row in df.collect():
+        key = None if row.key is None else bytes(row.key)
+        values: tuple[Any, ...] = (key, bytes(row.value), row.topic, row.partition, row.offset,
+                                   row.timestamp, row.timestampType)
+        if headers:
+            values += ([(h.key, bytes(h.value)) for h in row.headers],)
+        rows.append(values)
+    return sorted(rows, key=lambda r: (r[3], r[4]))
+
+
+def read(spark: Any, broker: BrokerProcess, **options: str) -> Any:
+    reader = spark.read.format("odradek").option("kafka.bootstrap.servers", broker.bootstrap)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def test_batch_read_returns_every_record_exactly(spark: Any, broker: BrokerProcess) -> None:
+    topic = create_topic(broker, 3)
+    records = produce(broker, topic, 3, 300)
+    df = read(spark, broker, subscribe=topic, INCLUDEHEADERS="true")
+    assert df.schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+        "timestamp:timestamp,timestampType:int,headers:array<struct<key:string,value:binary>>>")
+    assert collect(df) == expected_rows(topic, records)
+    # Without includeHeaders there is no headers column, as with Spark's Kafka source.
+    plain = read(spark, broker, subscribePattern=topic.replace("spark-", "spark-.?"))
+    assert "headers" not in plain.columns
+    assert collect(plain, headers=False) == [r[:7] for r in expected_rows(topic, records)]
+
+
+def test_starting_and_ending_offsets_json(spark: Any, broker: BrokerProcess) -> None:
+    topic = create_topic(broker, 2)
+    records = produce(broker, topic, 2, 40)   # 20 records per partition
+    df = read(spark, broker, assign=json.dumps({topic: [0, 1]}),
+              startingOffsets=json.dumps({topic: {"0": 5, "1": -2}}),
+              endingOffsets=json.dumps({topic: {"0": 12, "1": -1}}), includeHeaders="true")
+    want = [r for r in expected_rows(topic, records)
+            if (r[3] == 0 and 5 <= r[4] < 12) or r[3] == 1]
+    assert collect(df) == want
+    # Only some partitions assigned.
+    one = read(spark, broker, assign=json.dumps({topic: [1]}), endingOffsets="latest")
+    assert {(r.partition, r.offset) for r in one.select("partition", "offset").collect()} == {
+        (1, o) for o in range(20)}
+
+
+def test_min_partitions_splits_ranges(spark: Any, broker: BrokerProcess) -> None:
+    topic = create_topic(broker, 1)
+    records = produce(broker, topic, 1, 100)
+    df = read(spark, broker, subscribe=topic, minPartitions="4", includeHeaders="true")
+    assert df.rdd.getNumPartitions() == 4
+    assert collect(df) == expected_rows(topic, records)
+    pieces = split_ranges([OffsetRange("a", 0, 0, 90), OffsetRange("b", 0, 5, 15),
+                           OffsetRange("c", 0, 3, 3)], 10)
+    assert sum(p.size for p in pieces) == 100 and len(pieces) == 10
+    assert [(p.start, p.end) for p in pieces if p.topic == "b"] == [(5, 15)]
+
+
+def test_batch_write_then_read_back(spark: Any, broker: BrokerProcess) -> None:
+    topic = create_topic(broker, 2)
+    rows = [(f"k{i}", f"v{i}".encode(), i % 2, [(f"h{i}", b"x")]) for i in range(50)]
+    df = spark.createDataFrame(
+        rows, "key string, value binary, partition int, headers array<struct<key:string,"
+              "value:binary>>")
+    (df.write.format("odradek").option("kafka.bootstrap.servers", broker.bootstrap)
+       .option("topic", topic).mode("append").save())
+    back = read(spark, broker, subscribe=topic, includeHeaders="true").collect()
+    got = sorted((bytes(r.key).decode(), bytes(r.value), r.partition,
+                  [(h.key, bytes(h.value)) for h in r.headers]) for r in back)
+    assert got == sorted(rows)
+    # A topic column instead of the option.
+    other = create_topic(broker, 1)
+    (spark.createDataFrame([(other, "only")], "topic string, value string")
+       .write.format("odradek").option("kafka.bootstrap.servers", broker.bootstrap)
+       .mode("append").save())
+    assert [bytes(r.value) for r in read(spark, broker, subscribe=other).collect()] == [b"only"]
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"subscribe": "a", "assign": '{"a":[0]}'}, "exactly one of subscribe"),
+    ({}, "exactly one of subscribe"),
+    ({"subscribe": "a", "startingOffsets": "latest"}, "startingOffsets=latest is not allowed"),
+    ({"subscribe": "a", "endingOffsets": "earliest"}, "endingOffsets=earliest is not allowed"),
+    ({"subscribe": "a", "startingOffsets": "{oops"}, "must be earliest, latest or JSON"),
+    ({"subscribe": "a", "minPartitions": "0"}, "minPartitions must be at least 1"),
+    ({"subscribe": "a", "failOnDataLoss": "maybe"}, "must be true or false"),
+    ({"subscribe": "a", "kafka.group.id": "g"}, "kafka.group.id is not supported"),
+    ({"subscribe": "a", "colour": "blue"}, "unknown option 'colour'"),
+    ({"subscribe": "a", "startingTimestamp": "1"}, "not supported by the odradek data source"),
+    ({"subscribe": "a", "maxOffsetsPerTrigger": "5"}, "streaming queries only"),
+    ({"assign": '{"a":[0,1]}', "startingOffsets": '{"a":{"0":1}}'}, "assigned partitions"),
+])
+def test_option_errors(options: dict[str, str], message: str) -> None:
+    with pytest.raises(OdradekOptionError, match=message):
+        parse_read_options({"kafka.bootstrap.servers": "x:1", **options}, streaming=False)
+
+
+def test_option_errors_fail_the_query_before_it_starts(spark: Any, broker: BrokerProcess) -> None:
+    topic = create_topic(broker, 1)
+    produce(broker, topic, 1, 5)
+    with pytest.raises(Exception, match="exactly one of subscribe"):
+        read(spark, broker, subscribe=topic, subscribePattern=".*").collect()
+    with pytest.raises(Exception, match="before its starting offset"):
+        read(spark, broker, subscribe=topic, startingOffsets=json.dumps({topic: {"0": 4}}),
+             endingOffsets=json.dumps({topic: {"0": 2}})).collect()
+    with pytest.raises(Exception, match="beyond its latest offset"):
+        read(spark, broker, subscribe=topic,
+             endingOffsets=json.dumps({topic: {"0": 99}})).collect()
+    with pytest.raises(Exception, match="does not exist"):
+        read(spark, broker, subscribe="no-such-topic-" + topic).collect()
+    with pytest.raises(Exception, match="needs a value column"):
+        (spark.createDataFrame([("k",)], "key string").write.format("odradek")
+           .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic)
+           .mode("append").save())
+
+
+def run_available_now(spark: Any, broker: BrokerProcess, topic: str, output: str,
+                      checkpoint: str, **options: str) -> list[int]:
+    """Runs a streaming query to a Parquet table until the data present at its start is read;
+    returns the number of rows of each micro-batch."""
+    reader = (spark.readStream.format("odradek")
+              .option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", topic))
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    query = (reader.load().writeStream.format("parquet").option("path", output)
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert query.exception() is None
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+
+def test_streaming_resumes_from_checkpoint_with_max_offsets_per_trigger(
+        spark: Any, broker: BrokerProcess, tmp_path: Any) -> None:
+    topic = create_topic(broker, 2)
+    records = produce(broker, topic, 2, 100)
+    output, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+    batches = run_available_now(spark, broker, topic, output, checkpoint,
+                                startingOffsets="earliest", maxOffsetsPerTrigger="30",
+                                includeHeaders="true")
+    assert batches == [30, 30, 30, 10]
+    records += produce(broker, topic, 2, 20)
+    # Restarted from its checkpoint, the query reads only the new records.
+    assert run_available_now(spark, broker, topic, output, checkpoint,
+                             startingOffsets="earliest", includeHeaders="true") == [20]
+    table = spark.read.parquet(output)
+    assert collect(table) == expected_rows(topic, records)
+
+
+def test_streaming_starts_at_latest_and_rejects_batch_options(
+        spark: Any, broker: BrokerProcess, tmp_path: Any) -> None:
+    topic = create_topic(broker, 1)
+    produce(broker, topic, 1, 10)
+    assert run_available_now(spark, broker, topic, str(tmp_path / "o"),
+                             str(tmp_path / "c")) == []
+    with pytest.raises(OdradekOptionError, match="endingOffsets is for batch queries only"):
+        parse_read_options({"kafka.bootstrap.servers": "x:1", "subscribe": "a",
+                            "endingOffsets": "latest"}, streaming=True)
+
+
+def test_fail_on_data_loss(spark: Any, broker: BrokerProcess) -> None:
+    from confluent_kafka import TopicPartition
+
+    topic = create_topic(broker, 1)
+    records = produce(broker, topic, 1, 20)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    [future] = admin.delete_records([TopicPartition(topic, 0, 8)]).values()
+    future.result(30)
+    from_zero = json.dumps({topic: {"0": 0}})
+    with pytest.raises(Exception, match="were deleted"):
+        read(spark, broker, subscribe=topic, startingOffsets=from_zero).collect()
+    rows = read(spark, broker, subscribe=topic, startingOffsets=from_zero,
+                failOnDataLoss="false", includeHeaders="true")
+    assert collect(rows) == expected_rows(topic, records)[8:]
+    # earliest means the earliest offset still there.
+    assert read(spark, broker, subscribe=topic).count() == 12
+
+
+def test_rate_limit_is_proportional_to_lag() -> None:
+    from odradek.spark.stream import rate_limit
+
+    start = {("a", 0): 0, ("a", 1): 10, ("b", 0): 5}
+    latest = {("a", 0): 100, ("a", 1): 10, ("b", 0): 55}
+    limited = rate_limit(start, latest, 30)
+    assert sum(limited[tp] - start[tp] for tp in start) == 30
+    assert limited == {("a", 0): 20, ("a", 1): 10, ("b", 0): 15}
+    assert rate_limit(start, latest, 1000) == latest
