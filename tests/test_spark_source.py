@@ -282,3 +282,38 @@ def test_rate_limit_is_proportional_to_lag() -> None:
     assert sum(limited[tp] - start[tp] for tp in start) == 30
     assert limited == {("a", 0): 20, ("a", 1): 10, ("b", 0): 15}
     assert rate_limit(start, latest, 1000) == latest
+
+
+def test_streaming_write_copies_a_topic_and_resumes(
+        spark: Any, broker: BrokerProcess, tmp_path: Any) -> None:
+    source, sink = create_topic(broker, 2), create_topic(broker, 2)
+    checkpoint = str(tmp_path / "checkpoint")
+
+    def copy() -> list[int]:
+        query = (spark.readStream.format("odradek")
+                 .option("kafka.bootstrap.servers", broker.bootstrap)
+                 .option("subscribe", source).option("startingOffsets", "earliest")
+                 .option("includeHeaders", "true").load()
+                 .select("key", "value", "partition", "headers")
+                 .writeStream.format("odradek")
+                 .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", sink)
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        query.awaitTermination(120)
+        assert query.exception() is None
+        return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+    def copied() -> list[tuple[Any, ...]]:
+        # (key, value, partition, offset, headers): the copy keeps partitions and order.
+        rows = collect(read(spark, broker, subscribe=sink, includeHeaders="true"))
+        return [(r[0], r[1], r[3], r[4], r[7]) for r in rows]
+
+    def wanted(records: list[Record]) -> list[tuple[Any, ...]]:
+        return [(r[0], r[1], r[3], r[4], r[7]) for r in expected_rows(source, records)]
+
+    records = produce(broker, source, 2, 60)
+    assert copy() == [60]
+    assert copied() == wanted(records)
+    records += produce(broker, source, 2, 10)
+    # Restarted from its checkpoint, the query writes only the new records.
+    assert copy() == [10]
+    assert copied() == wanted(records)

@@ -41,6 +41,8 @@ _FORBIDDEN_CLIENT = {
     "interceptor.classes": "interceptors are not supported",
 }
 _WRITE_OPTIONS = {"topic"}
+# Spark passes a streaming query's checkpoint location to its sink among the options.
+_STREAM_WRITE_OPTIONS = _WRITE_OPTIONS | {"checkpointlocation"}
 
 
 class OdradekOptionError(ValueError):
@@ -255,7 +257,7 @@ class WriteOptions:
     topic: str | None
 
 
-def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
-    _check_names(options, _WRITE_OPTIONS)
+def parse_write_options(options: Mapping[str, str], streaming: bool = False) -> WriteOptions:
+    _check_names(options, _STREAM_WRITE_OPTIONS if streaming else _WRITE_OPTIONS)
     topic = _get(options, "topic")
     return WriteOptions(client=client_config(options), topic=topic.strip() if topic else None)

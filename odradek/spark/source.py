@@ -146,6 +146,59 @@ def _bytes(value: Any) -> bytes | None:
     return bytes(value)
 
 
+def write_task(options: WriteOptions, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
+    """One write task, batch or micro-batch: sends its rows with its own idempotent producer
+    (acks=all), waits for every acknowledgement and fails with the broker's error if any
+    delivery failed. Returns the task's partition id and row count."""
+    from confluent_kafka import Producer
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    partition_id = context.partitionId() if context is not None else 0
+    errors: list[str] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    producer = Producer({"acks": "all", **options.client, "enable.idempotence": True})
+    count = 0
+    for batch in iterator:
+        columns = {name.lower(): batch.column(i).to_pylist()
+                   for i, name in enumerate(batch.schema.names)}
+        n = batch.num_rows
+        for i in range(n):
+            topic = options.topic or columns["topic"][i]
+            if topic is None:
+                raise ValueError(f"row {count + i} of task {partition_id} has no topic")
+            kwargs: dict[str, Any] = {"value": _bytes(columns["value"][i])}
+            if "key" in columns:
+                kwargs["key"] = _bytes(columns["key"][i])
+            if "partition" in columns and columns["partition"][i] is not None:
+                kwargs["partition"] = columns["partition"][i]
+            if "headers" in columns and columns["headers"][i]:
+                kwargs["headers"] = [(h["key"], _bytes(h["value"]))
+                                     for h in columns["headers"][i]]
+            while True:
+                try:
+                    producer.produce(topic, on_delivery=delivered, **kwargs)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            producer.poll(0)
+            if errors:
+                break
+        count += n
+        if errors:
+            break
+    remaining = producer.flush(120)
+    if errors or remaining:
+        detail = errors[0] if errors else f"{remaining} records unacknowledged"
+        raise RuntimeError(f"odradek sink task {partition_id} failed after {count} rows "
+                           f"({len(errors)} delivery errors): {detail}")
+    return WriteResult(partition_id, count)
+
+
 class OdradekBatchWriter(DataSourceArrowWriter):
     """Each task writes its rows with its own idempotent producer and waits for every
     acknowledgement; a failed delivery fails that task with the broker's error."""
@@ -154,54 +207,7 @@ class OdradekBatchWriter(DataSourceArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
-        from confluent_kafka import Producer
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        partition_id = context.partitionId() if context is not None else 0
-        errors: list[str] = []
-
-        def delivered(err: Any, _msg: Any) -> None:
-            if err is not None:
-                errors.append(str(err))
-
-        producer = Producer({"acks": "all", **self.options.client,
-                             "enable.idempotence": True})
-        count = 0
-        for batch in iterator:
-            columns = {name.lower(): batch.column(i).to_pylist()
-                       for i, name in enumerate(batch.schema.names)}
-            n = batch.num_rows
-            for i in range(n):
-                topic = self.options.topic or columns["topic"][i]
-                if topic is None:
-                    raise ValueError(f"row {count + i} of task {partition_id} has no topic")
-                kwargs: dict[str, Any] = {"value": _bytes(columns["value"][i])}
-                if "key" in columns:
-                    kwargs["key"] = _bytes(columns["key"][i])
-                if "partition" in columns and columns["partition"][i] is not None:
-                    kwargs["partition"] = columns["partition"][i]
-                if "headers" in columns and columns["headers"][i]:
-                    kwargs["headers"] = [(h["key"], _bytes(h["value"]))
-                                         for h in columns["headers"][i]]
-                while True:
-                    try:
-                        producer.produce(topic, on_delivery=delivered, **kwargs)
-                        break
-                    except BufferError:
-                        producer.poll(0.1)
-                producer.poll(0)
-                if errors:
-                    break
-            count += n
-            if errors:
-                break
-        remaining = producer.flush(120)
-        if errors or remaining:
-            detail = errors[0] if errors else f"{remaining} records unacknowledged"
-            raise RuntimeError(f"odradek sink task {partition_id} failed after {count} rows "
-                               f"({len(errors)} delivery errors): {detail}")
-        return WriteResult(partition_id, count)
+        return write_task(self.options, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         # Records are visible once acknowledged: there is nothing left to publish.
@@ -236,3 +242,10 @@ class OdradekDataSource(DataSource):
         options = parse_write_options(self.options)
         check_write_schema(schema, options)
         return OdradekBatchWriter(options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        from .stream import OdradekStreamWriter
+
+        options = parse_write_options(self.options, streaming=True)
+        check_write_schema(schema, options)
+        return OdradekStreamWriter(options)

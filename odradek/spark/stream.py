@@ -1,9 +1,12 @@
-"""The streaming reader: Structured Streaming micro-batches over topics.
+"""The streaming reader and writer: Structured Streaming micro-batches over topics.
 
 Offsets are JSON objects like Spark's Kafka source writes them, {"topic": {"0": 42}}: the
 next offset to read in each partition. Spark checkpoints them, so a query restarted from its
 checkpoint resumes exactly where it stopped. Partitions that appear while the query runs are
 read from their earliest offset.
+
+The streaming writer sends each micro-batch exactly as the batch writer sends a DataFrame
+(see source.write_task): at least once, like Spark's Kafka sink.
 """
 
 from __future__ import annotations
@@ -11,7 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa  # type: ignore[import-untyped]
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -19,7 +27,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .options import EARLIEST, LATEST, ReadOptions
+from .options import EARLIEST, LATEST, ReadOptions, WriteOptions
 from .ranges import (
     OdradekDataLossError,
     OffsetRange,
@@ -29,7 +37,7 @@ from .ranges import (
     topic_partitions,
     watermarks,
 )
-from .source import RangePartition, arrow_schema, to_record_batch
+from .source import RangePartition, WriteResult, arrow_schema, to_record_batch, write_task
 
 Offsets = dict[str, dict[str, int]]
 Marks = dict[tuple[str, int], tuple[int, int]]
@@ -136,4 +144,29 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: Offsets) -> None:
         # Spark checkpoints offsets itself; nothing is committed to the broker.
+        return None
+
+
+class OdradekStreamWriter(DataSourceStreamArrowWriter):
+    """Each task of a micro-batch writes its rows with its own idempotent producer (acks=all)
+    and waits for every acknowledgement, as the batch writer does.
+
+    Delivery is at least once, as with Spark's Kafka sink: records are visible as soon as they
+    are acknowledged, so commit() has nothing to publish and abort() nothing to undo. A
+    micro-batch replayed after a failure (a retried task, or a restart before Spark
+    checkpointed the batch as committed) writes its records again.
+    """
+
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
+        return write_task(self.options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        # Acknowledged records are already visible; running this again for a batchId is safe.
+        return None
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        # Records acknowledged before the failure stay in their topics (at least once).
         return None
