@@ -38,6 +38,15 @@ from odradek.cli.output import print_json, print_table
 K = TypeVar("K")
 # States in which a group has no live members, so its offsets may be changed from outside.
 _INACTIVE = {ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD}
+# Kafka's names of the group states, as kafka-consumer-groups.sh prints them.
+_STATES = {
+    "Empty": ConsumerGroupState.EMPTY,
+    "Stable": ConsumerGroupState.STABLE,
+    "PreparingRebalance": ConsumerGroupState.PREPARING_REBALANCING,
+    "CompletingRebalance": ConsumerGroupState.COMPLETING_REBALANCING,
+    "Dead": ConsumerGroupState.DEAD,
+}
+_STATE_NAMES = {state: name for name, state in _STATES.items()}
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -48,8 +57,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
 
     listing = actions.add_parser("list", parents=[common], help="list consumer groups")
     listing.add_argument("--state", action="append", default=[], metavar="STATE",
-                         choices=["Empty", "Stable", "PreparingRebalance",
-                                  "CompletingRebalance", "Dead"],
+                         choices=list(_STATES),
                          help="only groups in this state (repeatable)")
     listing.set_defaults(run=run_list)
 
@@ -128,17 +136,13 @@ class GroupAdmin(AdminCommand):
 
 
 def _state_name(state: Any) -> str:
-    names = {ConsumerGroupState.PREPARING_REBALANCING: "PreparingRebalance",
-             ConsumerGroupState.COMPLETING_REBALANCING: "CompletingRebalance",
-             ConsumerGroupState.STABLE: "Stable", ConsumerGroupState.DEAD: "Dead",
-             ConsumerGroupState.EMPTY: "Empty"}
-    return names.get(state, "Unknown")
+    return _STATE_NAMES.get(state, "Unknown")
 
 
 @command("groups list")
 def run_list(args: argparse.Namespace) -> int:
     admin = GroupAdmin(args)
-    states = {getattr(ConsumerGroupState, s) for s in _state_constants(args.state)}
+    states = {_STATES[name] for name in args.state}
     kwargs: dict[str, Any] = {"request_timeout": admin.timeout}
     if states:
         kwargs["states"] = states
@@ -151,13 +155,6 @@ def run_list(args: argparse.Namespace) -> int:
     for error in result.errors:
         print(f"odradek groups list: {describe_error(error)}", file=sys.stderr)
     return EXIT_FAILURE if result.errors else 0
-
-
-def _state_constants(names: list[str]) -> list[str]:
-    constants = {"Empty": "EMPTY", "Stable": "STABLE", "Dead": "DEAD",
-                 "PreparingRebalance": "PREPARING_REBALANCING",
-                 "CompletingRebalance": "COMPLETING_REBALANCING"}
-    return [constants[n] for n in names]
 
 
 @command("groups describe")
