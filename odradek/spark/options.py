@@ -19,15 +19,14 @@ LATEST = -1
 # Read options this session's reader understands (lower-case).
 _READ_OPTIONS = {
     "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
-    "minpartitions", "failondataloss", "includeheaders", "maxoffsetspertrigger",
-    "kafkaconsumer.polltimeoutms",
+    "startingtimestamp", "startingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
+    "endingtimestamp", "endingoffsetsbytimestamp", "minpartitions", "failondataloss",
+    "includeheaders", "maxoffsetspertrigger", "kafkaconsumer.polltimeoutms",
 }
 # Options of Spark's Kafka source that this data source does not implement yet.
 _NOT_YET = {
-    "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp",
-    "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy", "maxpartitions",
-    "minoffsetspertrigger", "maxtriggerdelay", "groupidprefix", "fetchoffset.numretries",
-    "fetchoffset.retryintervalms",
+    "maxpartitions", "minoffsetspertrigger", "maxtriggerdelay", "groupidprefix",
+    "fetchoffset.numretries", "fetchoffset.retryintervalms",
 }
 # Client settings Spark's Kafka source refuses, because the source manages them itself.
 _FORBIDDEN_CLIENT = {
@@ -113,6 +112,8 @@ class Subscription:
 
 # A per-partition offset specification: {"topic": {"0": 23, "1": -2}}; -2 earliest, -1 latest.
 OffsetSpec = str | dict[str, dict[str, int]]
+# Timestamps (ms) to look offsets up by: one for every partition, or {"topic": {"0": ms}}.
+TimestampSpec = int | dict[str, dict[str, int]]
 
 
 def _offset_spec(options: Mapping[str, str], name: str, default: str,
@@ -154,12 +155,38 @@ def _offset_spec(options: Mapping[str, str], name: str, default: str,
     return spec
 
 
+def _timestamp_spec(options: Mapping[str, str], single: str,
+                    per_partition: str) -> TimestampSpec | None:
+    """startingTimestamp wins over startingOffsetsByTimestamp, as in Spark's Kafka source."""
+    raw = _get(options, single)
+    if raw is not None:
+        try:
+            stamp = int(raw)
+        except ValueError:
+            raise OdradekOptionError(f"option {single} must be a timestamp in milliseconds, "
+                                     f"not {raw!r}") from None
+        if stamp < 0:
+            raise OdradekOptionError(f"option {single} must not be negative, not {stamp}")
+        return stamp
+    if _get(options, per_partition) is None:
+        return None
+    spec = _offset_spec(options, per_partition, "", (), ())
+    if not isinstance(spec, dict):
+        raise OdradekOptionError(f'option {per_partition} must be a JSON object like '
+                                 f'{{"topic":{{"0":1700000000000}}}}')
+    return spec
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     client: dict[str, str]
     subscription: Subscription
     starting: OffsetSpec
     ending: OffsetSpec
+    starting_by_time: TimestampSpec | None = None
+    ending_by_time: TimestampSpec | None = None
+    # When no record is as late as a starting timestamp: "error" or "latest".
+    timestamp_strategy: str = "error"
     min_partitions: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
@@ -219,8 +246,9 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
     client = client_config(options)
     subscription = _subscription(options)
     if streaming:
-        if _get(options, "endingOffsets") is not None:
-            raise OdradekOptionError("option endingOffsets is for batch queries only")
+        for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+            if _get(options, name) is not None:
+                raise OdradekOptionError(f"option {name} is for batch queries only")
         starting = _offset_spec(options, "startingOffsets", "latest", ("earliest", "latest"),
                                 (EARLIEST, LATEST))
         ending: OffsetSpec = "latest"
@@ -238,11 +266,19 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
                 raise OdradekOptionError(
                     f"option {name} does not give offsets for assigned partitions "
                     f"{sorted(missing)}")
+    strategy = (_get(options, "startingOffsetsByTimestampStrategy") or "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise OdradekOptionError("option startingOffsetsByTimestampStrategy must be error or "
+                                 f"latest, not {strategy!r}")
     return ReadOptions(
         client=client,
         subscription=subscription,
         starting=starting,
         ending=ending,
+        starting_by_time=_timestamp_spec(options, "startingTimestamp",
+                                         "startingOffsetsByTimestamp"),
+        ending_by_time=_timestamp_spec(options, "endingTimestamp", "endingOffsetsByTimestamp"),
+        timestamp_strategy=strategy,
         min_partitions=_int(options, "minPartitions", 1),
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         include_headers=_bool(options, "includeHeaders", False),

@@ -1,17 +1,14 @@
-"""Offset ranges: resolved on the driver from the options and the broker's watermarks, then
-read on executors with an assigned consumer (no consumer group is ever joined)."""
+"""Offset ranges: resolved on the driver from the options and the broker's offsets, then
+read on executors (see data_consumer.py)."""
 
 from __future__ import annotations
 
-import re
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
-from .options import EARLIEST, LATEST, OdradekOptionError, OffsetSpec, ReadOptions, Subscription
+from .offset_reader import OffsetReader, TopicPartitionKey
+from .options import EARLIEST, LATEST, OdradekOptionError, OffsetSpec, ReadOptions, TimestampSpec
 
-_METADATA_TIMEOUT = 30.0
+Marks = dict[TopicPartitionKey, tuple[int, int]]
 
 
 class OdradekDataLossError(RuntimeError):
@@ -32,87 +29,86 @@ class OffsetRange:
         return max(0, self.end - self.start)
 
 
-def consumer_config(client: dict[str, str], fail_on_data_loss: bool) -> dict[str, Any]:
-    # confluent-kafka insists on a group.id even for assigned partitions: a private one that
-    # is never joined (no subscribe) and never committed to.
-    config: dict[str, Any] = {
-        "isolation.level": "read_uncommitted",
-        **client,
-        "group.id": f"odradek-spark-{uuid.uuid4().hex}",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "enable.partition.eof": True,
-        "auto.offset.reset": "error" if fail_on_data_loss else "earliest",
-    }
-    return config
+def _check_named_partitions(name: str, spec: OffsetSpec | TimestampSpec | None,
+                            partitions: list[TopicPartitionKey], every: bool) -> None:
+    if not isinstance(spec, dict):
+        return
+    named = {(t, int(p)) for t, ps in spec.items() for p in ps}
+    unknown = named - set(partitions)
+    if unknown:
+        raise OdradekOptionError(f"option {name} names partitions the query does not read: "
+                                 f"{sorted(unknown)}")
+    missing = set(partitions) - named
+    if every and missing:
+        # As Spark's Kafka source: a timestamp per partition means one for every partition.
+        raise OdradekOptionError(f"option {name} must give every partition the query reads; "
+                                 f"missing: {sorted(missing)}")
 
 
-def open_consumer(options: ReadOptions) -> Any:
-    from confluent_kafka import Consumer
-
-    return Consumer(consumer_config(options.client, options.fail_on_data_loss))
-
-
-def topic_partitions(consumer: Any, subscription: Subscription) -> list[tuple[str, int]]:
-    """The partitions a subscription covers now, sorted."""
-    metadata = consumer.list_topics(timeout=_METADATA_TIMEOUT)
-    if subscription.assigned:
-        return list(subscription.assigned)
-    if subscription.topics:
-        wanted = list(subscription.topics)
-    else:
-        pattern = re.compile(subscription.pattern or "")
-        wanted = [t for t in metadata.topics if pattern.fullmatch(t)
-                  and not t.startswith("__")]
-    found: list[tuple[str, int]] = []
-    for topic in wanted:
-        info = metadata.topics.get(topic)
-        if info is None or info.error is not None:
-            # Ask about this topic by name: it may have been created a moment ago.
-            info = consumer.list_topics(topic, timeout=_METADATA_TIMEOUT).topics.get(topic)
-        if info is None or info.error is not None or not info.partitions:
-            raise OdradekOptionError(f"topic {topic} does not exist")
-        found += [(topic, p) for p in info.partitions]
-    return sorted(found)
+def _times(spec: TimestampSpec, partitions: list[TopicPartitionKey]) -> dict[TopicPartitionKey,
+                                                                             int]:
+    if isinstance(spec, int):
+        return dict.fromkeys(partitions, spec)
+    return {(t, p): spec[t][str(p)] for t, p in partitions}
 
 
-def watermarks(consumer: Any, partitions: list[tuple[str, int]]) -> dict[tuple[str, int],
-                                                                         tuple[int, int]]:
-    from confluent_kafka import TopicPartition
-
-    return {(t, p): consumer.get_watermark_offsets(TopicPartition(t, p),
-                                                   timeout=_METADATA_TIMEOUT, cached=False)
-            for t, p in partitions}
+def _by_spec(spec: OffsetSpec, tp: TopicPartitionKey, marks: Marks, default: int) -> int:
+    wanted = ((EARLIEST if spec == "earliest" else LATEST) if isinstance(spec, str)
+              else spec.get(tp[0], {}).get(str(tp[1]), default))
+    low, high = marks[tp]
+    return low if wanted == EARLIEST else high if wanted == LATEST else wanted
 
 
-def _pick(spec: OffsetSpec, topic: str, partition: int, default: int) -> int:
-    if isinstance(spec, str):
-        return EARLIEST if spec == "earliest" else LATEST
-    return spec.get(topic, {}).get(str(partition), default)
+def starting_offsets(reader: OffsetReader, options: ReadOptions,
+                     partitions: list[TopicPartitionKey], marks: Marks,
+                     default: int) -> dict[TopicPartitionKey, int]:
+    """Where a query starts in each partition: startingTimestamp, then
+    startingOffsetsByTimestamp, then startingOffsets (Spark's order of precedence)."""
+    if options.starting_by_time is None:
+        _check_named_partitions("startingOffsets", options.starting, partitions, every=False)
+        return {tp: _by_spec(options.starting, tp, marks, default) for tp in partitions}
+    _check_named_partitions("startingOffsetsByTimestamp", options.starting_by_time, partitions,
+                            every=True)
+    times = _times(options.starting_by_time, partitions)
+    found = reader.offsets_for_times(times)
+    starts: dict[TopicPartitionKey, int] = {}
+    for tp, offset in found.items():
+        if offset is None:
+            if options.timestamp_strategy != "latest":
+                raise OdradekOptionError(
+                    f"no record of {tp[0]}-{tp[1]} has a timestamp at or after {times[tp]}; "
+                    "set startingOffsetsByTimestampStrategy=latest to start at the latest "
+                    "offset instead")
+            offset = marks[tp][1]
+        starts[tp] = offset
+    return starts
+
+
+def ending_offsets(reader: OffsetReader, options: ReadOptions,
+                   partitions: list[TopicPartitionKey], marks: Marks) -> dict[TopicPartitionKey,
+                                                                               int]:
+    """Where a batch query ends: endingTimestamp, endingOffsetsByTimestamp, endingOffsets.
+    A timestamp later than every record ends at the latest offset."""
+    if options.ending_by_time is None:
+        _check_named_partitions("endingOffsets", options.ending, partitions, every=False)
+        return {tp: _by_spec(options.ending, tp, marks, LATEST) for tp in partitions}
+    _check_named_partitions("endingOffsetsByTimestamp", options.ending_by_time, partitions,
+                            every=True)
+    found = reader.offsets_for_times(_times(options.ending_by_time, partitions))
+    return {tp: marks[tp][1] if offset is None else offset for tp, offset in found.items()}
 
 
 def resolve_batch_ranges(options: ReadOptions) -> list[OffsetRange]:
     """Exact [start, end) per partition for a batch query, checked against the broker."""
-    consumer = open_consumer(options)
-    try:
-        partitions = topic_partitions(consumer, options.subscription)
-        for spec in (options.starting, options.ending):
-            if isinstance(spec, dict):
-                unknown = {(t, int(p)) for t, ps in spec.items() for p in ps} - set(partitions)
-                if unknown:
-                    raise OdradekOptionError(
-                        f"offsets were given for partitions the query does not read: "
-                        f"{sorted(unknown)}")
-        marks = watermarks(consumer, partitions)
-    finally:
-        consumer.close()
+    reader = OffsetReader(options)
+    partitions = reader.partitions(options.subscription)
+    marks = reader.watermarks(partitions)
+    starts = starting_offsets(reader, options, partitions, marks, EARLIEST)
+    ends = ending_offsets(reader, options, partitions, marks)
     ranges: list[OffsetRange] = []
-    for topic, partition in partitions:
-        low, high = marks[(topic, partition)]
-        start = _pick(options.starting, topic, partition, EARLIEST)
-        end = _pick(options.ending, topic, partition, LATEST)
-        start = low if start == EARLIEST else start
-        end = high if end == LATEST else end
+    for tp in partitions:
+        (topic, partition), (low, high) = tp, marks[tp]
+        start, end = starts[tp], ends[tp]
         if end < start:
             raise OdradekOptionError(
                 f"ending offset {end} of {topic}-{partition} is before its starting offset "
@@ -146,75 +142,3 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
             if end > start:
                 pieces.append(OffsetRange(r.topic, r.partition, start, end))
     return pieces
-
-
-def read_range(options: ReadOptions, r: OffsetRange, batch_rows: int = 8192) -> Iterator[
-        list[Any]]:
-    """The messages of [start, end), in chunks; stops at end (never past it). Offsets that
-    hold no record (transaction markers, compaction) are passed over."""
-    from confluent_kafka import KafkaError, KafkaException, TopicPartition
-
-    if r.size <= 0:
-        return
-    consumer = open_consumer(options)
-    try:
-        consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
-        idle_deadline_ms = options.poll_timeout_ms
-        position = r.start
-        idle_ms = 0
-        while position < r.end:
-            messages = consumer.consume(batch_rows, timeout=0.5)
-            chunk: list[Any] = []
-            progressed = False
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    if error.code() == KafkaError._AUTO_OFFSET_RESET or (
-                            error.code() == KafkaError.OFFSET_OUT_OF_RANGE):
-                        raise OdradekDataLossError(
-                            f"offset {position} of {r.topic}-{r.partition} is out of range "
-                            f"(deleted by retention?); set failOnDataLoss=false to skip: "
-                            f"{error}")
-                    raise KafkaException(error)
-                offset = message.offset()
-                if offset >= r.end:
-                    position = r.end
-                    break
-                if offset < position:
-                    continue
-                if offset > position and options.fail_on_data_loss and not chunk and (
-                        position == r.start):
-                    # The first record is later than the range's start: retention removed the
-                    # beginning while the query ran.
-                    low, _ = consumer.get_watermark_offsets(
-                        TopicPartition(r.topic, r.partition), timeout=_METADATA_TIMEOUT)
-                    if low > position:
-                        raise OdradekDataLossError(
-                            f"offsets {position}..{low - 1} of {r.topic}-{r.partition} were "
-                            "deleted; set failOnDataLoss=false to skip them")
-                chunk.append(message)
-                position = offset + 1
-                progressed = True
-            if chunk:
-                yield chunk
-            if position >= r.end:
-                break
-            if not progressed:
-                # Offsets without records (markers) leave the consumer's position ahead.
-                [tp] = consumer.position([TopicPartition(r.topic, r.partition)])
-                if tp.offset >= 0 and tp.offset > position:
-                    position = tp.offset
-                    idle_ms = 0
-                    continue
-                idle_ms += 500
-                if idle_ms >= idle_deadline_ms:
-                    raise TimeoutError(
-                        f"no records from {r.topic}-{r.partition} at offset {position} for "
-                        f"{idle_deadline_ms} ms (kafkaConsumer.pollTimeoutMs); the range ends "
-                        f"at {r.end}")
-            else:
-                idle_ms = 0
-    finally:
-        consumer.close()

@@ -16,6 +16,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from .data_consumer import read_range
 from .options import (
     OdradekOptionError,
     ReadOptions,
@@ -23,7 +24,7 @@ from .options import (
     parse_read_options,
     parse_write_options,
 )
-from .ranges import OffsetRange, read_range, resolve_batch_ranges, split_ranges
+from .ranges import OffsetRange, resolve_batch_ranges, split_ranges
 
 BASE_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
                "timestamp timestamp, timestampType int")
@@ -97,7 +98,8 @@ class OdradekBatchReader(DataSourceReader):
         return [RangePartition(r) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            return   # no ranges to read: Spark plans one empty InputPartition(None)
         schema = arrow_schema(self.options.include_headers)
         for chunk in read_range(self.options, partition.range):
             yield to_record_batch(chunk, schema, self.options.include_headers)
@@ -109,7 +111,7 @@ class WriteResult(WriterCommitMessage):
     records: int
 
 
-_WRITE_COLUMNS = {"key", "value", "topic", "partition", "headers"}
+_WRITE_COLUMNS = {"key", "value", "topic", "partition", "headers", "timestamp"}
 
 
 def check_write_schema(schema: StructType, options: WriteOptions) -> None:
@@ -117,7 +119,7 @@ def check_write_schema(schema: StructType, options: WriteOptions) -> None:
     unknown = sorted(set(names) - _WRITE_COLUMNS)
     if unknown:
         raise OdradekOptionError(f"cannot write columns {unknown}: the odradek sink takes key, "
-                                 "value, topic, partition and headers")
+                                 "value, topic, partition, headers and timestamp")
     if "value" not in names:
         raise OdradekOptionError("the odradek sink needs a value column")
     for column in ("key", "value"):
@@ -128,6 +130,8 @@ def check_write_schema(schema: StructType, options: WriteOptions) -> None:
         raise OdradekOptionError("column topic must be a string")
     if "partition" in names and names["partition"].dataType.typeName() != "integer":
         raise OdradekOptionError("column partition must be an int")
+    if "timestamp" in names and names["timestamp"].dataType.typeName() != "timestamp":
+        raise OdradekOptionError("column timestamp must be a timestamp")
     if "headers" in names:
         text = names["headers"].dataType.simpleString()
         if text not in ("array<struct<key:string,value:binary>>",
@@ -144,6 +148,14 @@ def _bytes(value: Any) -> bytes | None:
     if isinstance(value, str):
         return value.encode()
     return bytes(value)
+
+
+def _column(array: pa.Array) -> list[Any]:
+    if pa.types.is_timestamp(array.type):
+        # The record's CreateTime: milliseconds since the epoch.
+        micros = array.cast(pa.timestamp("us", tz=array.type.tz)).cast(pa.int64())
+        return [None if v is None else v // 1000 for v in micros.to_pylist()]
+    return array.to_pylist()
 
 
 def write_task(options: WriteOptions, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
@@ -164,7 +176,7 @@ def write_task(options: WriteOptions, iterator: Iterator[pa.RecordBatch]) -> Wri
     producer = Producer({"acks": "all", **options.client, "enable.idempotence": True})
     count = 0
     for batch in iterator:
-        columns = {name.lower(): batch.column(i).to_pylist()
+        columns = {name.lower(): _column(batch.column(i))
                    for i, name in enumerate(batch.schema.names)}
         n = batch.num_rows
         for i in range(n):
@@ -176,6 +188,8 @@ def write_task(options: WriteOptions, iterator: Iterator[pa.RecordBatch]) -> Wri
                 kwargs["key"] = _bytes(columns["key"][i])
             if "partition" in columns and columns["partition"][i] is not None:
                 kwargs["partition"] = columns["partition"][i]
+            if "timestamp" in columns and columns["timestamp"][i] is not None:
+                kwargs["timestamp"] = columns["timestamp"][i]
             if "headers" in columns and columns["headers"][i]:
                 kwargs["headers"] = [(h["key"], _bytes(h["value"]))
                                      for h in columns["headers"][i]]

@@ -27,20 +27,13 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .options import EARLIEST, LATEST, ReadOptions, WriteOptions
-from .ranges import (
-    OdradekDataLossError,
-    OffsetRange,
-    open_consumer,
-    read_range,
-    split_ranges,
-    topic_partitions,
-    watermarks,
-)
+from .data_consumer import read_range
+from .offset_reader import OffsetReader
+from .options import LATEST, ReadOptions, WriteOptions
+from .ranges import Marks, OdradekDataLossError, OffsetRange, split_ranges, starting_offsets
 from .source import RangePartition, WriteResult, arrow_schema, to_record_batch, write_task
 
 Offsets = dict[str, dict[str, int]]
-Marks = dict[tuple[str, int], tuple[int, int]]
 
 
 def _flat(offsets: Offsets) -> dict[tuple[str, int], int]:
@@ -70,7 +63,8 @@ def rate_limit(start: dict[tuple[str, int], int], latest: dict[tuple[str, int], 
         if shares[tp] < lags[tp]:
             shares[tp] += 1
             left -= 1
-    return {tp: start[tp] + shares[tp] for tp in latest}
+    return {tp: start[tp] + shares[tp] if latest[tp] >= start[tp] else latest[tp]
+            for tp in latest}
 
 
 class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -79,24 +73,15 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target: dict[tuple[str, int], int] | None = None
 
     def _marks(self) -> Marks:
-        consumer = open_consumer(self.options)
-        try:
-            return watermarks(consumer, topic_partitions(consumer, self.options.subscription))
-        finally:
-            consumer.close()
+        # Subscribed topics that do not exist yet are waited for; deleted ones drop out.
+        reader = OffsetReader(self.options)
+        return reader.watermarks(reader.partitions(self.options.subscription, missing_ok=True))
 
     def initialOffset(self) -> Offsets:
-        marks = self._marks()
-        offsets: dict[tuple[str, int], int] = {}
-        for (topic, partition), (low, high) in marks.items():
-            spec = self.options.starting
-            if isinstance(spec, str):
-                wanted = EARLIEST if spec == "earliest" else LATEST
-            else:
-                wanted = spec.get(topic, {}).get(str(partition), LATEST)
-            offsets[(topic, partition)] = (low if wanted == EARLIEST else high
-                                           if wanted == LATEST else wanted)
-        return _nested(offsets)
+        reader = OffsetReader(self.options)
+        partitions = reader.partitions(self.options.subscription, missing_ok=True)
+        marks = reader.watermarks(partitions)
+        return _nested(starting_offsets(reader, self.options, partitions, marks, LATEST))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger:
@@ -106,15 +91,26 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = {tp: high for tp, (_low, high) in self._marks().items()}
 
+    def _lost(self, message: str) -> None:
+        if self.options.fail_on_data_loss:
+            raise OdradekDataLossError(f"{message}; set failOnDataLoss=false to go on without "
+                                       "them")
+
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         marks = self._marks()
         begin = _flat(start)
+        gone = sorted(set(begin) - set(marks))
+        if gone:
+            self._lost(f"partitions {gone} were deleted while the query read them")
+        begin = {tp: offset for tp, offset in begin.items() if tp in marks}
         for tp, (low, _high) in marks.items():
             begin.setdefault(tp, low)   # a new partition: from its earliest offset
         latest = dict(begin)
         for tp, (_low, high) in marks.items():
             cap = high if self.target is None else min(high, self.target.get(tp, begin[tp]))
-            latest[tp] = max(begin[tp], cap)
+            # An end below the start means the topic was deleted and created again:
+            # partitions() decides what to do with it.
+            latest[tp] = cap if high < begin[tp] else max(begin[tp], cap)
         if isinstance(limit, ReadMaxRows):
             latest = rate_limit(begin, latest, limit.max_rows)
         return _nested(latest)
@@ -124,20 +120,26 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         marks = self._marks()
         ranges = []
         for tp, stop in sorted(finish.items()):
-            low, _high = marks.get(tp, (0, 0))
+            if tp not in marks:
+                self._lost(f"partition {tp[0]}-{tp[1]} was deleted before the query read it")
+                continue
+            low, _high = marks[tp]
             first = begin.get(tp, low)
+            if first > stop:
+                self._lost(f"the offsets of {tp[0]}-{tp[1]} went back from {first} to {stop} "
+                           "(was the topic deleted and created again?)")
+                first = low
             if first < low:
-                if self.options.fail_on_data_loss:
-                    raise OdradekDataLossError(
-                        f"offsets {first}..{low - 1} of {tp[0]}-{tp[1]} were deleted before "
-                        "the query read them; set failOnDataLoss=false to skip them")
+                self._lost(f"offsets {first}..{low - 1} of {tp[0]}-{tp[1]} were deleted before "
+                           "the query read them")
                 first = min(low, stop)
             if stop > first:
                 ranges.append(OffsetRange(tp[0], tp[1], first, stop))
         return [RangePartition(r) for r in split_ranges(ranges, self.options.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            return   # no ranges to read: Spark plans one empty InputPartition(None)
         schema = arrow_schema(self.options.include_headers)
         for chunk in read_range(self.options, partition.range):
             yield to_record_batch(chunk, schema, self.options.include_headers)

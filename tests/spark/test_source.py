@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from support.broker import BrokerProcess
-from support.spark import Record, collect, create_topic, expected_rows, produce, read
+from support.spark import Record, collect, create_topic, expected_rows, produce, read, wait_for
 
 from odradek.spark.options import OdradekOptionError, parse_read_options
 from odradek.spark.ranges import OffsetRange, split_ranges
@@ -67,12 +70,15 @@ def test_batch_write_then_read_back(spark: Any, broker: BrokerProcess) -> None:
     got = sorted((bytes(r.key).decode(), bytes(r.value), r.partition,
                   [(h.key, bytes(h.value)) for h in r.headers]) for r in back)
     assert got == sorted(rows)
-    # A topic column instead of the option.
+    # A topic column instead of the option, and a timestamp column: the record's CreateTime.
     other = create_topic(broker, 1)
-    (spark.createDataFrame([(other, "only")], "topic string, value string")
+    stamp = datetime(2024, 5, 6, 7, 8, 9, 123000)
+    (spark.createDataFrame([(other, "only", stamp)], "topic string, value string, timestamp "
+                           "timestamp")
        .write.format("odradek").option("kafka.bootstrap.servers", broker.bootstrap)
        .mode("append").save())
-    assert [bytes(r.value) for r in read(spark, broker, subscribe=other).collect()] == [b"only"]
+    [row] = read(spark, broker, subscribe=other).collect()
+    assert (bytes(row.value), row.timestamp, row.timestampType) == (b"only", stamp, 0)
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -85,7 +91,9 @@ def test_batch_write_then_read_back(spark: Any, broker: BrokerProcess) -> None:
     ({"subscribe": "a", "failOnDataLoss": "maybe"}, "must be true or false"),
     ({"subscribe": "a", "kafka.group.id": "g"}, "kafka.group.id is not supported"),
     ({"subscribe": "a", "colour": "blue"}, "unknown option 'colour'"),
-    ({"subscribe": "a", "startingTimestamp": "1"}, "not supported by the odradek data source"),
+    ({"subscribe": "a", "maxTriggerDelay": "1m"}, "not supported by the odradek data source"),
+    ({"subscribe": "a", "startingTimestamp": "soon"}, "timestamp in milliseconds"),
+    ({"subscribe": "a", "startingOffsetsByTimestampStrategy": "guess"}, "must be error or"),
     ({"subscribe": "a", "maxOffsetsPerTrigger": "5"}, "streaming queries only"),
     ({"assign": '{"a":[0,1]}', "startingOffsets": '{"a":{"0":1}}'}, "assigned partitions"),
 ])
@@ -218,3 +226,124 @@ def test_streaming_write_copies_a_topic_and_resumes(
     # Restarted from its checkpoint, the query writes only the new records.
     assert copy() == [10]
     assert copied() == wanted(records)
+
+
+def test_offsets_by_timestamp_in_batch(spark: Any, broker: BrokerProcess) -> None:
+    topic = create_topic(broker, 2)
+    records = produce(broker, topic, 2, 40)   # timestamps one second apart, alternating
+    rows = expected_rows(topic, records)
+    stamp_of = {(r[3], r[4]): int(r[5].replace(tzinfo=UTC).timestamp() * 1000) for r in rows}
+    start, end = records[10][3], records[30][3]
+
+    def between(first: int, stop: int | None) -> list[tuple[Any, ...]]:
+        return [r for r in rows
+                if stamp_of[(r[3], r[4])] >= first and (stop is None or stamp_of[(r[3], r[4])]
+                                                        < stop)]
+
+    got = read(spark, broker, subscribe=topic, startingTimestamp=str(start),
+               endingTimestamp=str(end), includeHeaders="true")
+    assert collect(got) == between(start, end) and len(between(start, end)) == 20
+    # Per partition; a timestamp after every record ends at the latest offset.
+    per_partition = json.dumps({topic: {"0": start, "1": records[0][3]}})
+    got = read(spark, broker, subscribe=topic, startingOffsetsByTimestamp=per_partition,
+               endingOffsetsByTimestamp=json.dumps({topic: {"0": 2 ** 50, "1": 2 ** 50}}),
+               includeHeaders="true")
+    assert collect(got) == [r for r in rows if r[3] == 1 or stamp_of[(r[3], r[4])] >= start]
+    # startingTimestamp wins over startingOffsets, as in Spark.
+    got = read(spark, broker, subscribe=topic, startingTimestamp=str(start),
+               startingOffsets=json.dumps({topic: {"0": 0, "1": 0}}))
+    assert got.count() == 30
+    late = str(records[-1][3] + 1)
+    with pytest.raises(Exception, match="has a timestamp at or after"):
+        read(spark, broker, subscribe=topic, startingTimestamp=late).collect()
+    assert read(spark, broker, subscribe=topic, startingTimestamp=late,
+                startingOffsetsByTimestampStrategy="latest").count() == 0
+    with pytest.raises(Exception, match="must give every partition"):
+        read(spark, broker, subscribe=topic,
+             startingOffsetsByTimestamp=json.dumps({topic: {"0": start}})).collect()
+
+
+def test_streaming_starts_at_offsets_by_timestamp(
+        spark: Any, broker: BrokerProcess, tmp_path: Any) -> None:
+    topic = create_topic(broker, 2)
+    records = produce(broker, topic, 2, 40)
+    start = records[25][3]
+    by_time = json.dumps({topic: {"0": start, "1": start}})
+    assert run_available_now(spark, broker, topic, str(tmp_path / "o"), str(tmp_path / "c"),
+                             startingOffsetsByTimestamp=by_time, includeHeaders="true") == [15]
+    table = spark.read.parquet(str(tmp_path / "o"))
+    assert collect(table) == [r for r in expected_rows(topic, records)
+                              if r[5] >= expected_rows(topic, records[25:26])[0][5]]
+
+
+def test_streaming_follows_topics_created_grown_and_deleted(
+        spark: Any, broker: BrokerProcess) -> None:
+    """A subscribed topic that does not exist yet is waited for; partitions added later are
+    read from their start; a deleted topic fails the query with failOnDataLoss=true and is
+    dropped with false."""
+    from confluent_kafka.admin import NewPartitions
+
+    topic = f"spark-later-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def start(name: str, fail_on_data_loss: str) -> Any:
+        return (spark.readStream.format("odradek")
+                .option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", topic)
+                .option("startingOffsets", "earliest")
+                .option("failOnDataLoss", fail_on_data_loss).load()
+                .writeStream.format("memory").queryName(name)
+                .trigger(processingTime="200 milliseconds").start())
+
+    def rows(name: str) -> set[tuple[int, int, bytes]]:
+        return {(r.partition, r.offset, bytes(r.value))
+                for r in spark.sql(f"select * from {name}").collect()}
+
+    lenient, strict = f"lenient_{uuid.uuid4().hex[:6]}", f"strict_{uuid.uuid4().hex[:6]}"
+    queries = [start(lenient, "false")]
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+
+    def send(prefix: bytes, partition: int, count: int) -> set[tuple[int, int, bytes]]:
+        for i in range(count):
+            producer.produce(topic, value=prefix + b"%d" % i, partition=partition)
+        assert producer.flush(30) == 0
+        return {(partition, i, prefix + b"%d" % i) for i in range(count)}
+
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+        want = send(b"a", 0, 5)
+        wait_for(lambda: rows(lenient) == want, "the first records")
+        admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
+        wait_for(lambda: len(producer.list_topics(topic, timeout=10).topics[topic].partitions)
+                 == 2, "the producer to see two partitions")
+        want |= send(b"b", 1, 3)
+        wait_for(lambda: rows(lenient) == want, "the new partition's records")
+        queries.append(start(strict, "true"))
+        wait_for(lambda: rows(strict) == want, "the strict query to catch up")
+        admin.delete_topics([topic])[topic].result(30)
+        with pytest.raises(Exception, match="were deleted while the query read them"):
+            queries[1].awaitTermination(60)
+        # The lenient query goes on, and reads the topic created again from its start.
+        wait_for(lambda: admin.create_topics([NewTopic(topic, 1, 1)])[topic].exception(30)
+                 is None, "the topic to be created again")
+        want |= send(b"c", 0, 2)
+        wait_for(lambda: rows(lenient) == want, "the records of the new topic")
+        assert queries[0].isActive and queries[0].exception() is None
+    finally:
+        for query in queries:
+            query.stop()
+
+
+def test_executors_reuse_consumers() -> None:
+    from odradek.spark.data_consumer import ConsumerCache
+
+    options = parse_read_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"},
+                                 streaming=False)
+    other = parse_read_options({"kafka.bootstrap.servers": "127.0.0.1:2", "subscribe": "t"},
+                               streaming=False)
+    cache = ConsumerCache(capacity=2, idle_s=60)
+    first = cache.take(options)
+    cache.give_back(options, first, reusable=True)
+    assert cache.take(other) is not first          # other settings, another consumer
+    assert cache.take(options) is first            # same settings: the same connections
+    cache.give_back(options, first, reusable=False)   # failed mid-range: closed, not kept
+    assert cache.take(options) is not first

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -23,14 +25,17 @@ Record = tuple[bytes | None, bytes, int, int, list[tuple[str, str | bytes | None
 
 
 def produce(broker: BrokerProcess, topic: str, partitions: int, count: int) -> list[Record]:
-    """(key, value, partition, timestamp ms, headers) of each record, in production order."""
+    """(key, value, partition, timestamp ms, headers) of each record, in production order.
+    Timestamps are a second apart, ending about now: older ones would be deleted by the
+    broker's time-based retention (7 days) while a test runs."""
+    base = int(time.time() * 1000) - count * 1000
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
     records: list[Record] = []
     for i in range(count):
         key = None if i % 7 == 3 else f"k{i}".encode()
         value = f"value-{i}".encode() * (1 + i % 3)
         partition = i % partitions
-        stamp = 1_700_000_000_000 + i * 1000
+        stamp = base + i * 1000
         headers: list[tuple[str, str | bytes | None]] = (
             [("h", str(i).encode()), ("empty", b"")] if i % 2 else [])
         producer.produce(topic, value=value, key=key, partition=partition, timestamp=stamp,
@@ -69,3 +74,131 @@ def read(spark: Any, broker: BrokerProcess, **options: str) -> Any:
     for name, value in options.items():
         reader = reader.option(name, value)
     return reader.load()
+
+
+# ---- streaming tests --------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+def wait_for(condition: Callable[[], T | None], what: str, timeout: float = 30,
+             interval: float = 0.05) -> T:
+    """Polls condition until it returns something truthy (returned) or the deadline passes
+    (AssertionError naming what was awaited)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+Placed = tuple[int, int]   # (partition, offset) of a record, from its delivery report
+
+
+def produce_values(broker: BrokerProcess, topic: str,
+                   records: Sequence[tuple[int, bytes | str, int | None]],
+                   batch_each: bool = False) -> list[Placed]:
+    """Produces (partition, value, timestamp ms or None) records in order, with an idempotent
+    producer, and returns each one's (partition, offset) as the broker acknowledged it.
+    batch_each: wait for each record's acknowledgement before the next, so that every record
+    is a record batch of its own."""
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5,
+                         "enable.idempotence": True})
+    placed: list[Placed | None] = [None] * len(records)
+    errors: list[str] = []
+
+    def delivered(index: int) -> Callable[[Any, Any], None]:
+        def report(err: Any, msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+            else:
+                placed[index] = (msg.partition(), msg.offset())
+        return report
+
+    for i, (partition, value, stamp) in enumerate(records):
+        kwargs: dict[str, Any] = {} if stamp is None else {"timestamp": stamp}
+        producer.produce(topic, value=value.encode() if isinstance(value, str) else value,
+                         partition=partition, on_delivery=delivered(i), **kwargs)
+        producer.poll(0)
+        if batch_each:
+            assert producer.flush(30) == 0
+    assert producer.flush(30) == 0
+    assert not errors, errors
+    assert all(p is not None for p in placed)
+    return [p for p in placed if p is not None]
+
+
+def earliest_offset(broker: BrokerProcess, topic: str, partition: int) -> int:
+    """The partition's log start offset (ListOffsets earliest)."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    [future] = admin.list_offsets({TopicPartition(topic, partition):
+                                   OffsetSpec.earliest()}).values()
+    return int(future.result(30).offset)
+
+
+def stream(spark: Any, broker: BrokerProcess, **options: str) -> Any:
+    """A streaming DataFrame of format odradek with the given read options."""
+    reader = (spark.readStream.format("odradek")
+              .option("kafka.bootstrap.servers", broker.bootstrap))
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def await_query(query: Any, timeout: float = 90) -> Exception | None:
+    """Waits for a query that stops by itself (availableNow); returns the exception it failed
+    with, or None. A query still running at the deadline is stopped and fails the test."""
+    try:
+        finished = query.awaitTermination(timeout)
+    except Exception as e:   # StreamingQueryException: the query failed
+        return e
+    if not finished:
+        query.stop()
+        raise AssertionError(f"query {query.name or query.id} still running after {timeout} s")
+    return None
+
+
+def data_batches(query: Any) -> list[int]:
+    """numInputRows of each micro-batch of a query that read records."""
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+
+# ---- pipeline tests ---------------------------------------------------------------------
+
+Consumed = tuple[str, int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]],
+                 int, int]
+
+
+def consume_all(bootstrap: str, topic: str) -> list[Consumed]:
+    """Every record of a topic as (topic, partition, offset, key, value, headers, timestamp
+    ms, timestamp type), read with a plain consumer up to the high watermarks; sorted by
+    partition and offset."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                for p in partitions}
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        out: list[Consumed] = []
+        positions = {p: 0 for p in partitions}
+        deadline = time.monotonic() + 30
+        while any(positions[p] < ends[p] for p in partitions):
+            assert time.monotonic() < deadline, f"could not read {topic} to its end"
+            for m in consumer.consume(500, timeout=0.2):
+                if m.error() is None:
+                    kind, stamp = m.timestamp()
+                    out.append((m.topic(), m.partition(), m.offset(), m.key(), m.value(),
+                                list(m.headers() or []), stamp, kind))
+                    positions[m.partition()] = m.offset() + 1
+        return sorted(out, key=lambda r: (r[1], r[2]))
+    finally:
+        consumer.close()
