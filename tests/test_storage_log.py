@@ -270,3 +270,28 @@ def test_reopen_after_clean_close(tmp_path: Path) -> None:
     assert whole(reopened) == data
     assert reopened.append_as_leader(batch(1)).first_offset == 40
     reopened.close()
+
+
+def test_leader_epochs_are_stamped_cached_and_follow_truncation(tmp_path: Path) -> None:
+    from odradek.storage.leader_epoch import EpochEntry, LeaderEpochCache
+
+    log = open_log(tmp_path, segment_bytes="400")
+    log.append_as_leader(batch(2, size=150), leader_epoch=0)
+    log.append_as_leader(batch(2, size=150), leader_epoch=0)
+    log.append_as_leader(batch(2, size=150), leader_epoch=3)
+    assert [h.partition_leader_epoch for offset in (0, 2, 4)
+            for _, h in iter_batch_headers(log.read(offset, 1 << 20).read())] == [0, 0, 3]
+    assert log.leader_epoch_cache.entries == [EpochEntry(0, 0), EpochEntry(3, 4)]
+    assert log.leader_epoch_cache.end_offset_for(0, log.log_end_offset) == (0, 4)
+    # A follower copies the leader's batches with their epochs.
+    follower = Log.open(tmp_path / "events-1", log.config)
+    for offset in (0, 2, 4):
+        follower.append_as_follower(bytearray(log.read(offset, 1 << 20).read()))
+    assert follower.leader_epoch_cache.entries == log.leader_epoch_cache.entries
+    log.truncate_to(4)          # the epoch-3 records go, and so does its entry
+    assert LeaderEpochCache(log.directory).entries == [EpochEntry(0, 0)]
+    log.append_as_leader(batch(2, size=150), leader_epoch=5)
+    log.maybe_increment_log_start_offset(2)
+    assert log.leader_epoch_cache.entries == [EpochEntry(0, 2), EpochEntry(5, 4)]
+    log.truncate_to(0)
+    assert log.leader_epoch_cache.entries == []

@@ -67,7 +67,7 @@ class Partition:
                 f"{self.topic}-{self.index} has {len(self.isr)} in-sync replicas, fewer than "
                 f"min.insync.replicas={min_isr}"
             )
-        info = self.log.append_as_leader(records)
+        info = self.log.append_as_leader(records, self.leader_epoch)
         self._maybe_increment_high_watermark()
         return info
 

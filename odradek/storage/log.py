@@ -43,6 +43,7 @@ from odradek.protocol.records import (
     decode_records,
     iter_batch_headers,
     set_log_append_time,
+    set_partition_leader_epoch,
     validate_batch,
 )
 from odradek.storage.config import LogConfig
@@ -54,6 +55,7 @@ from odradek.storage.errors import (
     StorageError,
 )
 from odradek.storage.index import NO_TIMESTAMP
+from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     BatchMetadata,
@@ -170,6 +172,9 @@ class Log:
         # (due time, segment) of segments renamed .deleted, removed after the delay.
         self._pending_deletions: list[tuple[int, LogSegment]] = []
         self.producer_state = producer_state or ProducerStateManager(directory, self.name)
+        # Which leader epoch wrote which offsets: followers truncate by it (KIP-101/279).
+        self.leader_epoch_cache = LeaderEpochCache(directory)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         # Opened after a clean shutdown and the state not loaded yet: the newest snapshot was
         # written at the log end then, and every append since had no producer id (one with
         # would have loaded the state), so that snapshot is the state at the log end.
@@ -246,6 +251,8 @@ class Log:
             # Kafka's LogLoader does, so offsets below it are never handed out again.
             self.truncate_fully_and_start_at(self.log_start_offset)
         self.recovery_point = self.log_end_offset
+        # Epochs recorded for batches the crash lost must not outlive them.
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.flush()
         # Producer state: snapshots past the recovered end describe lost batches; the rest
         # is rebuilt now, while recovery has the segments in the page cache.
@@ -283,9 +290,11 @@ class Log:
 
     # ---- appends ----------------------------------------------------------------------
 
-    def append_as_leader(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
-        """Validates client batches, assigns their offsets (in place when `records` is
-        writable) and appends them. A rejected request changes nothing."""
+    def append_as_leader(self, records: bytes | bytearray | memoryview,
+                         leader_epoch: int | None = None) -> LogAppendInfo:
+        """Validates client batches, assigns their offsets and the leader's epoch (in place
+        when `records` is writable) and appends them. A rejected request changes nothing.
+        Without a leader epoch (tools, tests) the batches keep the epoch they carry."""
         buf = memoryview(records)
         if buf.readonly:
             buf = memoryview(bytearray(buf))
@@ -302,12 +311,16 @@ class Log:
             appends = []
             for pos, header in batches:
                 assign_offsets(buf, pos, offset)
+                if leader_epoch is not None:
+                    set_partition_leader_epoch(buf, pos, leader_epoch)
                 offset += header.last_offset_delta + 1
                 if append_time >= 0:
                     set_log_append_time(buf, pos, append_time)
                 max_ts = append_time if append_time >= 0 else header.max_timestamp
                 appends.append(BatchAppend(pos, header.size_in_bytes, offset - 1, max_ts))
             info = self._append(buf, appends, first, now, append_time)
+            if leader_epoch is not None:
+                self.leader_epoch_cache.assign(leader_epoch, first)
             for update in updates:  # only once the batches are written
                 self.producer_state.update(update)
             return info
@@ -347,6 +360,10 @@ class Log:
             # Loaded before the append: loading scans up to the log end as it is now.
             producers = self._producers() if idempotent else None
             info = self._append(buf, appends, first, self.clock(), -1)
+            for _, header in batches:
+                if header.partition_leader_epoch >= 0:
+                    self.leader_epoch_cache.assign(header.partition_leader_epoch,
+                                                   header.base_offset)
             if producers is not None:
                 for _, header in batches:  # the leader checked them
                     producers.replay(header)
@@ -567,6 +584,7 @@ class Log:
                     f"end offset {self.log_end_offset}"
                 )
             self.log_start_offset = max(self.log_start_offset, offset)
+            self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
 
     def delete_old_segments(self, now: int | None = None) -> list[int]:
         """Deletes whole segments that retention.ms, retention.bytes or the log start offset
@@ -588,6 +606,7 @@ class Log:
                 segment.rename_suffix("", DELETED_SUFFIX)
                 self._pending_deletions.append((now + self.config.file_delete_delay_ms, segment))
             self.log_start_offset = max(self.log_start_offset, self._bases[0])
+            self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
             self.recovery_point = max(self.recovery_point, self._bases[0])
             # The producers stay (KIP-360: until producer.id.expiration.ms), their older
             # snapshots go.
@@ -647,6 +666,7 @@ class Log:
             active.truncate_to(offset)
             # As Kafka: the end is the target, even after a compaction gap below it.
             self._log_end_offset = offset
+            self.leader_epoch_cache.truncate_from_end(offset)
             self.recovery_point = min(self.recovery_point, offset)
             self.log_start_offset = min(self.log_start_offset, offset)
             # Reloaded on next use from the newest snapshot left and the batches after it.
@@ -667,6 +687,7 @@ class Log:
             self.recovery_point = offset
             self.producer_state.delete_all_snapshots()
             self.producer_state.reset(loaded=True)  # nothing written yet: no producers
+            self.leader_epoch_cache.clear()
             self._snapshot_at_end = False
 
     def replace_segments(self, new: LogSegment, old: list[LogSegment],
