@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Protocol
 
+from odradek.cluster.assignment import assign_replicas
 from odradek.cluster.metadata import MetadataStore, PartitionState, TopicMetadata
 from odradek.cluster.topics import (
     InvalidTopicError,
@@ -159,9 +160,9 @@ class Controller:
         return topic
 
     def _assign(self, partitions: range, replication_factor: int) -> dict[int, list[int]]:
-        brokers = self.live_brokers
-        return {p: [brokers[(p + i) % len(brokers)] for i in range(replication_factor)]
-                for p in partitions}
+        racks = dict.fromkeys(self.live_brokers)   # broker.rack comes with the cluster
+        return assign_replicas(len(partitions), replication_factor, racks,
+                               first_partition=partitions.start)
 
     def delete_topic(self, name: str) -> TopicMetadata:
         topic = self.topics.get(name)
