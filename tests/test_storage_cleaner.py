@@ -76,7 +76,13 @@ def put(log: Log, *items: tuple[bytes | None, bytes | None], ts: int | None = No
         **batch_args: object) -> int:
     """Appends one batch of (key, value) records; returns its first offset."""
     ts = log.clock() if ts is None else ts
-    batch = build_record_batch([SimpleRecord(k, v, (), ts) for k, v in items], **batch_args)
+    records = [SimpleRecord(k, v, (), ts) for k, v in items]
+    if any(k is None for k, _ in items):
+        # A leader refuses keyless records in a compacted topic; replicated (or older) data
+        # may still hold them, and the cleaner must keep them.
+        batch = build_record_batch(records, base_offset=log.log_end_offset, **batch_args)
+        return log.append_as_follower(bytearray(batch)).first_offset
+    batch = build_record_batch(records, **batch_args)
     return log.append_as_leader(bytearray(batch)).first_offset
 
 

@@ -295,3 +295,15 @@ def test_leader_epochs_are_stamped_cached_and_follow_truncation(tmp_path: Path) 
     assert log.leader_epoch_cache.entries == [EpochEntry(0, 2), EpochEntry(5, 4)]
     log.truncate_to(0)
     assert log.leader_epoch_cache.entries == []
+
+
+def test_a_compacted_log_refuses_records_without_key(tmp_path: Path) -> None:
+    log = open_log(tmp_path, cleanup_policy="compact")
+    keyless = [SimpleRecord(None, b"v", timestamp=T0)]
+    with pytest.raises(InvalidRecordError, match="without key"):
+        log.append_as_leader(bytearray(build_record_batch(keyless)))
+    assert log.log_end_offset == 0
+    assert log.append_as_leader(batch(2)).last_offset == 1
+    # A follower copies what its leader wrote, without judging it again.
+    log.append_as_follower(bytearray(build_record_batch(keyless, base_offset=2)))
+    assert log.log_end_offset == 3

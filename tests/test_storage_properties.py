@@ -65,6 +65,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from odradek.protocol.exceptions import InvalidRecordError
 from odradek.protocol.records import (
     NO_TIMESTAMP,
     RecordBatchHeader,
@@ -434,6 +435,10 @@ class LogMachine(RuleBasedStateMachine):
             return
         if len(buf) > config.segment_bytes:
             with pytest.raises(RecordBatchTooLargeError):
+                self.log.append_as_leader(buf)
+            return
+        if config.compact and any(r[0] is None for records, _, _ in batches for r in records):
+            with pytest.raises(InvalidRecordError, match="without key"):
                 self.log.append_as_leader(buf)
             return
 

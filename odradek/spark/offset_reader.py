@@ -45,11 +45,10 @@ class OffsetReader:
             wanted = [t for t in metadata.topics
                       if pattern.fullmatch(t) and not t.startswith("__")]
         found: list[TopicPartitionKey] = []
+        # Never ask for a topic by name: a broker with auto.create.topics.enable would create
+        # it, and a read must not create topics.
         for topic in wanted:
             info = metadata.topics.get(topic)
-            if info is None or info.error is not None:
-                # Ask about this topic by name: it may have been created a moment ago.
-                info = self.admin.list_topics(topic, timeout=_TIMEOUT).topics.get(topic)
             if info is None or info.error is not None or not info.partitions:
                 if missing_ok:
                     continue

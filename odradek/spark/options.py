@@ -40,8 +40,8 @@ _FORBIDDEN_CLIENT = {
     "interceptor.classes": "interceptors are not supported",
 }
 _WRITE_OPTIONS = {"topic"}
-# Spark passes a streaming query's checkpoint location to its sink among the options.
-_STREAM_WRITE_OPTIONS = _WRITE_OPTIONS | {"checkpointlocation"}
+# Spark passes a streaming query's checkpoint location and name to its sink as options.
+_STREAM_WRITE_OPTIONS = _WRITE_OPTIONS | {"checkpointlocation", "queryname"}
 
 
 class OdradekOptionError(ValueError):

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from odradek.protocol.exceptions import CorruptRecordError
+from odradek.protocol.exceptions import CorruptRecordError, InvalidRecordError
 from odradek.protocol.records import (
     CURRENT_MAGIC_VALUE,
     LOG_OVERHEAD,
@@ -399,7 +399,17 @@ class Log:
                 f"{len(buf)} bytes of batches cannot fit a segment of "
                 f"segment.bytes={config.segment_bytes}"
             )
+        if from_client and config.compact:
+            for pos, header in batches:
+                self._check_keys(buf, pos, header)
         return batches, idempotent
+
+    def _check_keys(self, buf: memoryview, pos: int, header: RecordBatchHeader) -> None:
+        # Compaction keeps the latest record per key: a record without one has no place in a
+        # compacted log (Kafka's LogValidator decodes the batch for this, and so do we).
+        if any(r.key is None for r in decode_records(buf, pos, header)):
+            raise InvalidRecordError(
+                f"compacted topic cannot accept a record without key in {self.name}")
 
     def _check_timestamp(self, header: RecordBatchHeader, now: int) -> None:
         config = self.config

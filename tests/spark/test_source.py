@@ -206,7 +206,9 @@ def test_streaming_write_copies_a_topic_and_resumes(
                  .select("key", "value", "partition", "headers")
                  .writeStream.format("odradek")
                  .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", sink)
-                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+                 .option("checkpointLocation", checkpoint)
+                 .queryName(f"copy_{sink}".replace("-", "_"))   # passed to the sink as option
+                 .trigger(availableNow=True).start())
         query.awaitTermination(120)
         assert query.exception() is None
         return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
