@@ -18,15 +18,39 @@ class PartitionState:
     leader: int
     leader_epoch: int = 0
     isr: list[int] = field(default_factory=list)
+    # The epoch of the controller that last wrote the state (ZooKeeper; 0 on one node).
+    controller_epoch: int = 0
+    leader_recovery_state: int = 0  # 0 RECOVERED, 1 RECOVERING (KIP-704)
+    # Kafka's partition epoch: with ZooKeeper, the version of the partition's state znode,
+    # the expected version of its next conditional update (-1: no state znode yet).
+    partition_epoch: int = 0
+    # Replicas being added and removed by a reassignment (KIP-455).
+    adding_replicas: list[int] = field(default_factory=list)
+    removing_replicas: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"replicas": self.replicas, "leader": self.leader,
-                "leader_epoch": self.leader_epoch, "isr": self.isr}
+        data: dict[str, Any] = {"replicas": self.replicas, "leader": self.leader,
+                                "leader_epoch": self.leader_epoch, "isr": self.isr}
+        # The fields added for the cluster are written only when set, so a single node's
+        # metadata file reads as before.
+        for name, default in _OPTIONAL_STATE_FIELDS.items():
+            value = getattr(self, name)
+            if value != default:
+                data[name] = value
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PartitionState:
         return cls(list(data["replicas"]), int(data["leader"]), int(data["leader_epoch"]),
-                   list(data["isr"]))
+                   list(data["isr"]), int(data.get("controller_epoch", 0)),
+                   int(data.get("leader_recovery_state", 0)),
+                   int(data.get("partition_epoch", 0)),
+                   list(data.get("adding_replicas", [])), list(data.get("removing_replicas", [])))
+
+
+_OPTIONAL_STATE_FIELDS: dict[str, Any] = {
+    "controller_epoch": 0, "leader_recovery_state": 0, "partition_epoch": 0,
+    "adding_replicas": [], "removing_replicas": []}
 
 
 @dataclass(slots=True)
