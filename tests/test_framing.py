@@ -7,7 +7,7 @@ import pytest
 from odradek.cli.main import main as odradek
 from odradek.protocol.api_keys import API_SPECS, ApiKey
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.exceptions import EncodeError
+from odradek.protocol.exceptions import DecodeError, EncodeError
 from odradek.protocol.framing import (
     decode_request,
     decode_request_header,
@@ -16,7 +16,7 @@ from odradek.protocol.framing import (
     encode_response,
 )
 from odradek.protocol.messages.api_versions_request import ApiVersionsRequest
-from odradek.protocol.messages.api_versions_response import ApiVersionsResponse
+from odradek.protocol.messages.api_versions_response import ApiVersion, ApiVersionsResponse
 from odradek.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
 from odradek.protocol.messages.fetch_request import FetchRequest, ForgottenTopic
 from odradek.protocol.messages.metadata_request import MetadataRequest
@@ -48,6 +48,26 @@ def test_api_versions_responses_always_use_header_v0() -> None:
     # correlation id, then the flexible body at once: no tag section in the header.
     assert frame[4:10] == b"\x00\x00\x00\x4d\x00\x23"
     assert decode_response(frame[4:], ApiKey.API_VERSIONS, 3) == (77, body)
+
+
+@pytest.mark.parametrize("sent_version", [1, 2, 3, 4])
+def test_an_api_versions_answer_in_v0_decodes_whatever_version_was_sent(
+        sent_version: int) -> None:
+    """KIP-511: a broker that does not know the ApiVersions version it got answers in v0
+    with UNSUPPORTED_VERSION and its ranges, so that the client can retry."""
+    body = ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=[
+        ApiVersion(api_key=ApiKey.API_VERSIONS, min_version=0, max_version=2),
+        ApiVersion(api_key=ApiKey.METADATA, min_version=0, max_version=8)])
+    frame = encode_response(body, 0, correlation_id=9)
+    assert decode_response(frame[4:], ApiKey.API_VERSIONS, sent_version) == (9, body)
+
+
+def test_other_responses_that_do_not_decode_still_fail() -> None:
+    frame = encode_response(MetadataResponse(), 8, correlation_id=1)
+    with pytest.raises(DecodeError):
+        decode_response(frame[4:], ApiKey.METADATA, 9)
+    with pytest.raises(DecodeError):
+        decode_response(b"\x00\x00\x00\x01\x00", ApiKey.API_VERSIONS, 0)
 
 
 def test_flexible_responses_use_header_v1() -> None:

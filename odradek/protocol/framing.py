@@ -12,7 +12,7 @@ import struct
 from collections import deque
 from dataclasses import dataclass
 
-from odradek.protocol.api import ApiSpec
+from odradek.protocol.api import API_VERSIONS, ApiSpec
 from odradek.protocol.api_keys import API_SPECS
 from odradek.protocol.exceptions import (
     DecodeError,
@@ -226,8 +226,18 @@ def encode_response(body: Message, api_version: int, correlation_id: int) -> byt
 
 def decode_response(frame: Buffer, api_key: int, api_version: int) -> tuple[int, Message]:
     """A response frame (without its size prefix) to a request the caller sent: the caller
-    knows the API and version, which the response itself does not repeat."""
+    knows the API and version, which the response itself does not repeat. An ApiVersions
+    response may come back in v0 instead (KIP-511): check its error code."""
     api = api_spec(api_key)
     header, pos = ResponseHeader.decode_from(frame, 0, api.response_header_version(api_version))
-    body = api.response_class.decode(memoryview(frame)[pos:], api_version)
+    body_bytes = memoryview(frame)[pos:]
+    try:
+        body = api.response_class.decode(body_bytes, api_version)
+    except DecodeError:
+        # KIP-511: a broker that does not know the ApiVersions version it was sent answers
+        # in v0 (UNSUPPORTED_VERSION and its ranges); Kafka's ApiVersionsResponse.parse falls
+        # back to v0 the same way, so the client can retry with a version both know.
+        if api.api_key != API_VERSIONS or api_version == 0:
+            raise
+        body = api.response_class.decode(body_bytes, 0)
     return header.correlation_id, body
