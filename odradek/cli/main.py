@@ -2,9 +2,9 @@
 
 Subcommands grow with the platform. Today: run a broker (`serve`); manage topics
 (`topics`), write and read records (`produce`, `consume`), inspect and manage consumer
-groups (`groups`), all through librdkafka; and for the
-protocol: what it speaks (`apis`), what an error code means (`errors`), and a look inside
-a captured request (`decode`).
+groups (`groups`), all through librdkafka; run the Spark pipelines and generate their input
+(`pipeline`); and for the protocol: what it speaks (`apis`), what an error code means
+(`errors`), and a look inside a captured request (`decode`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from odradek import __version__
-from odradek.cli import consume, groups, produce, serve, topics
+from odradek.cli import consume, groups, pipeline, produce, serve, topics
 from odradek.protocol.api_keys import API_SPECS
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
@@ -95,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.register(commands)
     consume.register(commands)
     groups.register(commands)
+    pipeline.register(commands)
     return parser
 
 

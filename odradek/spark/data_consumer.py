@@ -26,6 +26,9 @@ def consumer_config(client: dict[str, str], fail_on_data_loss: bool) -> dict[str
     # is never joined (no subscribe) and never committed to.
     return {
         "isolation.level": "read_uncommitted",
+        # librdkafka pauses a partition's fetches for fetch.queue.backoff.ms (1 s) whenever
+        # its local queue is full; a task drains it in a fraction of that, then sat idle.
+        "fetch.queue.backoff.ms": 10,
         **client,
         "group.id": f"odradek-spark-{uuid.uuid4().hex}",
         "enable.auto.commit": False,
@@ -98,7 +101,9 @@ def read_range(options: ReadOptions, r: OffsetRange, batch_rows: int = 8192) -> 
         position = r.start
         idle_ms = 0
         while position < r.end:
-            messages = consumer.consume(batch_rows, timeout=0.5)
+            # Never ask for more than the range holds: consume() would wait out its timeout
+            # for messages past the end.
+            messages = consumer.consume(min(batch_rows, r.end - position), timeout=0.5)
             chunk: list[Any] = []
             progressed = False
             for message in messages:

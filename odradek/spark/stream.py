@@ -150,8 +150,8 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class OdradekStreamWriter(DataSourceStreamArrowWriter):
-    """Each task of a micro-batch writes its rows with its own idempotent producer (acks=all)
-    and waits for every acknowledgement, as the batch writer does.
+    """Each task of a micro-batch writes its rows with an idempotent producer (acks=all) and
+    waits for every acknowledgement, as the batch writer does.
 
     Delivery is at least once, as with Spark's Kafka sink: records are visible as soon as they
     are acknowledged, so commit() has nothing to publish and abort() nothing to undo. A

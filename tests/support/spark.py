@@ -103,10 +103,12 @@ def produce_values(broker: BrokerProcess, topic: str,
                    batch_each: bool = False) -> list[Placed]:
     """Produces (partition, value, timestamp ms or None) records in order, with an idempotent
     producer, and returns each one's (partition, offset) as the broker acknowledged it.
-    batch_each: wait for each record's acknowledgement before the next, so that every record
-    is a record batch of its own."""
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5,
-                         "enable.idempotence": True})
+    batch_each: every record in a record batch of its own."""
+    config: dict[str, Any] = {"bootstrap.servers": broker.bootstrap, "linger.ms": 5,
+                              "enable.idempotence": True}
+    if batch_each:
+        config.update({"batch.num.messages": 1, "linger.ms": 0})
+    producer = Producer(config)
     placed: list[Placed | None] = [None] * len(records)
     errors: list[str] = []
 
@@ -123,8 +125,6 @@ def produce_values(broker: BrokerProcess, topic: str,
         producer.produce(topic, value=value.encode() if isinstance(value, str) else value,
                          partition=partition, on_delivery=delivered(i), **kwargs)
         producer.poll(0)
-        if batch_each:
-            assert producer.flush(30) == 0
     assert producer.flush(30) == 0
     assert not errors, errors
     assert all(p is not None for p in placed)
