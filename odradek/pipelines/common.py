@@ -214,7 +214,12 @@ def send(bootstrap: str, records: Iterable[Record], clock: Clock | None = None) 
             # Serve delivery callbacks while waiting for the record's moment.
             due = began + (record.timestamp - clock.start) / 1000
             while (delay := due - time.monotonic()) > 0:
-                producer.poll(min(delay, 0.1))
+                if delay < 0.002:
+                    # poll() rounds a timeout under 1 ms down to 0: it would spin a core.
+                    time.sleep(delay)
+                    producer.poll(0)
+                else:
+                    producer.poll(min(delay, 0.1))
         kwargs: dict[str, Any] = {"key": record.key, "value": record.value,
                                   "timestamp": record.timestamp, "headers": record.headers,
                                   "on_delivery": delivered(record)}
