@@ -40,6 +40,7 @@ from odradek.protocol.messages import (
     init_producer_id_response,
     list_offsets_response,
     metadata_response,
+    offset_for_leader_epoch_response,
     produce_response,
 )
 from odradek.protocol.messages.describe_cluster_request import DescribeClusterRequest
@@ -47,6 +48,7 @@ from odradek.protocol.messages.fetch_request import FetchRequest
 from odradek.protocol.messages.init_producer_id_request import InitProducerIdRequest
 from odradek.protocol.messages.list_offsets_request import ListOffsetsRequest
 from odradek.protocol.messages.metadata_request import MetadataRequest
+from odradek.protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
 from odradek.protocol.messages.produce_request import ProduceRequest
 from odradek.protocol.primitives import ZERO_UUID
 from odradek.server.config import BrokerConfig
@@ -97,6 +99,7 @@ class KafkaApis:
             ApiKey.PRODUCE: self.handle_produce,
             ApiKey.FETCH: self.handle_fetch,
             ApiKey.LIST_OFFSETS: self.handle_list_offsets,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
             ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
         }
@@ -375,6 +378,31 @@ class KafkaApis:
                 response.timestamp = found.timestamp
                 response.offset = found.offset
         return response
+
+    # ---- OffsetForLeaderEpoch ----------------------------------------------------------
+
+    def handle_offset_for_leader_epoch(self, request: Request,
+                                       context: RequestContext) -> Message:
+        # Consumers ask after a leader change whether their position is still in the
+        # leader's log (KIP-320); followers ask where to truncate (KIP-101/279).
+        body = cast(OffsetForLeaderEpochRequest, request.body)
+        response = offset_for_leader_epoch_response
+        topics = []
+        for t in body.topics:
+            partitions = []
+            for p in t.partitions:
+                partition = self.replica_manager.get_partition((t.topic, p.partition))
+                if partition is None:
+                    error, epoch, offset = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+                else:
+                    error, epoch, offset = partition.last_offset_for_leader_epoch(
+                        p.current_leader_epoch, p.leader_epoch)
+                partitions.append(response.EpochEndOffset(
+                    error_code=error, partition=p.partition, leader_epoch=epoch,
+                    end_offset=offset))
+            topics.append(response.OffsetForLeaderTopicResult(topic=t.topic,
+                                                              partitions=partitions))
+        return response.OffsetForLeaderEpochResponse(topics=topics)
 
     # ---- InitProducerId ----------------------------------------------------------------
 

@@ -102,6 +102,20 @@ class Partition:
         log.maybe_increment_log_start_offset(offset)
         return log.log_start_offset
 
+    def last_offset_for_leader_epoch(self, current_leader_epoch: int,
+                                     leader_epoch: int) -> tuple[int, int, int]:
+        """OffsetForLeaderEpoch (KIP-101, KIP-320): (error, the largest epoch <= the one
+        asked, the offset where it ended) from the leader epoch cache; (NONE, -1, -1) when
+        the cache knows nothing of it."""
+        error = self.check_leader_epoch(current_leader_epoch)
+        if error:
+            return error, -1, -1
+        if not self.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1
+        epoch, offset = self.log.leader_epoch_cache.end_offset_for(leader_epoch,
+                                                                   self.log.log_end_offset)
+        return ErrorCode.NONE, epoch, offset
+
     def check_leader_epoch(self, current_leader_epoch: int) -> int:
         """The error for a request that names a leader epoch (-1: no check), KIP-320."""
         if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:

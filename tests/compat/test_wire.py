@@ -298,3 +298,42 @@ def test_sigterm_answers_waiting_fetches_and_exits_promptly(tmp_path) -> None:  
         wire.close()
     finally:
         broker.kill()
+
+
+def test_offset_for_leader_epoch(wire_broker: BrokerProcess) -> None:
+    """KIP-101/320: the end offset of a leader epoch, from the leader epoch cache the leader
+    fills as it stamps its epoch (0 on one node) into the batches it appends."""
+    from odradek.protocol.messages.offset_for_leader_epoch_request import (
+        OffsetForLeaderEpochRequest,
+        OffsetForLeaderPartition,
+        OffsetForLeaderTopic,
+    )
+
+    wire = Wire(wire_broker.port)
+    topic = "leader-epochs"
+    wire.call(MetadataRequest(topics=[MetadataRequestTopic(name=topic)],
+                              allow_auto_topic_creation=True), 12)
+    wire.call(produce_request(topic, [(b"k", b"v")] * 3), 9)
+    wire.call(produce_request(topic, [(b"k", b"w")] * 2), 9)
+    fetched = wire.call(FetchRequest(max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, topics=[
+        FetchTopic(topic=topic, partitions=[FetchPartition(
+            partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])]), 11)
+    data = bytes(fetched.responses[0].partitions[0].records)  # type: ignore[attr-defined]
+    assert [h.partition_leader_epoch for _, h in iter_batch_headers(data)] == [0, 0]
+
+    def ask(*partitions: tuple[int, int, int], name: str = topic) -> list[tuple[int, ...]]:
+        request = OffsetForLeaderEpochRequest(replica_id=-1, topics=[OffsetForLeaderTopic(
+            topic=name, partitions=[OffsetForLeaderPartition(
+                partition=p, current_leader_epoch=current, leader_epoch=epoch)
+                for p, current, epoch in partitions])])
+        response = wire.call(request, 4)
+        return [(e.error_code, e.leader_epoch, e.end_offset)
+                for e in response.topics[0].partitions]  # type: ignore[attr-defined]
+
+    assert ask((0, -1, 0), (0, 0, 0)) == [(ErrorCode.NONE, 0, 5)] * 2
+    assert ask((0, -1, 7)) == [(ErrorCode.NONE, -1, -1)]   # an epoch after every known one
+    assert ask((0, 3, 0), (9, -1, 0)) == [(ErrorCode.UNKNOWN_LEADER_EPOCH, -1, -1),
+                                          (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)]
+    assert ask((0, -1, 0), name="no-such-topic") == [
+        (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)]
+    wire.close()
