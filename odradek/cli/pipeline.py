@@ -188,11 +188,11 @@ def _wait(spark: Any, queries: list[Any]) -> int:
             # A failed query is reported below, with its own exception.
             with contextlib.suppress(StreamingQueryException):
                 spark.streams.awaitAnyTermination(_POLL_SECONDS)
-            for i, query in enumerate(queries):
+            for query in queries:
                 for progress in query.recentProgress:
                     if progress["batchId"] > seen.get(query.id, -1):
                         seen[query.id] = progress["batchId"]
-                        print(f"query {i + 1}: batch {progress['batchId']}, "
+                        print(f"{query.name}: batch {progress['batchId']}, "
                               f"{progress['numInputRows']} records in", flush=True)
             failed = [q for q in queries if not q.isActive and q.exception() is not None]
             if failed:

@@ -93,8 +93,8 @@ def start(writer: DataStreamWriter, config: StreamConfig, name: str) -> Streamin
         writer = writer.trigger(availableNow=True)
     elif config.interval:
         writer = writer.trigger(processingTime=config.interval)
-    # No queryName: the odradek sink refuses it among its options (see docs/pipelines.md).
-    return writer.option("checkpointLocation", os.path.join(config.checkpoint, name)).start()
+    return (writer.queryName(name)
+            .option("checkpointLocation", os.path.join(config.checkpoint, name)).start())
 
 
 def to_topic(df: DataFrame, bootstrap: str) -> DataStreamWriter:

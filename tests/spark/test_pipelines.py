@@ -293,7 +293,7 @@ def test_cli_runs_pipelines(spark: Any, broker: BrokerProcess, tmp_path: Path,
                              "--checkpoint", str(tmp_path / "c"), *common)
     assert code == 0, err
     assert out.splitlines() == [f"route: 1 query running, checkpoints in {tmp_path / 'c'}",
-                                "query 1: batch 0, 50 records in"]
+                                "route: batch 0, 50 records in"]
     # With --dead-letter '' the invalid records are dropped.
     routed = sum(len(consume_all(broker.bootstrap, f"{events}.{kind}")) for kind in route.REQUIRED)
     assert routed == sum(1 for r in sent if route_error(parse(r.value)) is None) < len(sent)
