@@ -6,16 +6,17 @@ window is written once, with its final count, when the watermark passes its end.
 still counts, however late, while its window is open; events of a window already written
 are dropped.
 
-Two queries write the same counts: one to a topic (key: the page, value: JSON), one to a
-Parquet table. They are separate queries, with separate checkpoints, because their
-guarantees differ: the file sink writes each window exactly once even across failures,
-while the topic is at least once (a micro-batch replayed after a failure is sent again).
-One query with foreachBatch would read the input once but make both at least once.
+One query writes both outputs from foreachBatch, so the input is read and aggregated once.
+A micro-batch's counts go to the Parquet table under `batch_id=N`, overwritten as a whole:
+a batch replayed after a failure (the same offsets and state, so the same rows) replaces
+its own files, which keeps the table exactly once. The topic gets them at least once (a
+replayed batch is sent again).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -31,7 +32,6 @@ from odradek.pipelines.common import (
     read_stream,
     send,
     start,
-    to_topic,
 )
 
 if TYPE_CHECKING:
@@ -73,15 +73,24 @@ def run(spark: SparkSession, config: ActivityConfig) -> list[StreamingQuery]:
 
     ensure_topics(config.bootstrap, {config.input: DEFAULT_PARTITIONS,
                                      config.output: DEFAULT_PARTITIONS})
-    # Append mode: each window once, when the watermark has passed it (the file sink
-    # allows nothing else, and the topic then gets final counts only).
-    table = (counts(spark, config).writeStream.format("parquet").outputMode("append")
-             .option("path", config.table))
-    topic = (to_topic(counts(spark, config).select(
-        F.col("page").alias("key"),
-        F.to_json(F.struct("page", "window_start", "window_end", "views")).alias("value")),
-        config.bootstrap).option("topic", config.output).outputMode("append"))
-    return [start(table, config, "activity-table"), start(topic, config, "activity-topic")]
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        batch.persist()   # written twice: computed once
+        try:
+            if batch.isEmpty():
+                return
+            batch.write.mode("overwrite").parquet(
+                os.path.join(config.table, f"batch_id={batch_id}"))
+            (batch.select(F.col("page").alias("key"), F.to_json(
+                F.struct("page", "window_start", "window_end", "views")).alias("value"))
+             .write.format("odradek").option("kafka.bootstrap.servers", config.bootstrap)
+             .option("topic", config.output).mode("append").save())
+        finally:
+            batch.unpersist()
+
+    # Append mode: each window once, when the watermark has passed it.
+    return [start(counts(spark, config).writeStream.outputMode("append").foreachBatch(write),
+                  config, "activity")]
 
 
 # ---- the generator -------------------------------------------------------------------------
