@@ -71,14 +71,26 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         self.target: dict[tuple[str, int], int] | None = None
+        self._offset_reader: OffsetReader | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        # Executors get a pickled copy for read(): without the driver's AdminClient.
+        return {**self.__dict__, "_offset_reader": None}
+
+    @property
+    def _reader(self) -> OffsetReader:
+        # The driver calls this instance for every micro-batch: one AdminClient for all.
+        if self._offset_reader is None:
+            self._offset_reader = OffsetReader(self.options)
+        return self._offset_reader
 
     def _marks(self) -> Marks:
         # Subscribed topics that do not exist yet are waited for; deleted ones drop out.
-        reader = OffsetReader(self.options)
+        reader = self._reader
         return reader.watermarks(reader.partitions(self.options.subscription, missing_ok=True))
 
     def initialOffset(self) -> Offsets:
-        reader = OffsetReader(self.options)
+        reader = self._reader
         partitions = reader.partitions(self.options.subscription, missing_ok=True)
         marks = reader.watermarks(partitions)
         return _nested(starting_offsets(reader, self.options, partitions, marks, LATEST))
