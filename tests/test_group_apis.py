@@ -15,6 +15,7 @@ from support.groups import DELAY_MS, GroupHarness, subscription
 
 from odradek.broker.admin import AdminManager
 from odradek.broker.apis import KafkaApis, supported_range
+from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.producer_ids import ProducerIdManager
 from odradek.coordinator.group.apis import GroupApis
 from odradek.protocol.api_keys import API_SPECS, ApiKey
@@ -45,7 +46,7 @@ class Client:
     def __init__(self, h: GroupHarness) -> None:
         self.h = h
         self.apis = GroupApis(BrokerConfig.default(), h.coordinator, h.controller,
-                              lambda context: ("broker.example", 9092))
+                              lambda broker_id, context: ("broker.example", 9092))
 
     def call(self, key: ApiKey, version: int, body: Message) -> Any:
         """Runs the handler, moving the clock for answers that wait; returns the response
@@ -259,7 +260,8 @@ def test_api_versions_and_broker_md_list_exactly_what_is_served(client: Client) 
     config = BrokerConfig.default()
     apis = KafkaApis(config, h.replica_manager, h.controller,
                      AdminManager(config, h.controller, h.replica_manager),
-                     ProducerIdManager(h.controller.store), h.coordinator)
+                     ProducerIdManager(h.controller.store), h.coordinator,
+                     MetadataCache(config.node_id, "cluster"))
     versions_response: Any = apis.handle_api_versions(None, None)  # type: ignore[arg-type]
     advertised = {v.api_key: (v.min_version, v.max_version)
                   for v in versions_response.api_keys}

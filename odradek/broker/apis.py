@@ -16,16 +16,18 @@ from typing import Any, cast
 
 from odradek.broker.admin import AdminManager
 from odradek.broker.fetch_session import FetchSessionCache
+from odradek.broker.inter_broker_apis import InterBrokerApis
+from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.producer_ids import ProducerIdManager
 from odradek.broker.replica_manager import (
     CONSUMER_REPLICA_ID,
+    DEBUGGING_REPLICA_ID,
     READ_COMMITTED,
     FetchPartitionRequest,
     ReplicaManager,
 )
 from odradek.cluster.controller import Controller
-from odradek.cluster.metadata import TopicMetadata
-from odradek.cluster.topics import is_internal, validate_topic_name
+from odradek.cluster.topics import TopicExistsError, is_internal, validate_topic_name
 from odradek.coordinator.group.apis import GroupApis
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
 from odradek.protocol.api_keys import API_SPECS, ApiKey
@@ -85,14 +87,16 @@ def supported_range(api_key: int) -> tuple[int, int]:
 class KafkaApis:
     def __init__(self, config: BrokerConfig, replica_manager: ReplicaManager,
                  controller: Controller, admin: AdminManager,
-                 producer_ids: ProducerIdManager, group_coordinator: GroupCoordinator) -> None:
+                 producer_ids: ProducerIdManager, group_coordinator: GroupCoordinator,
+                 metadata_cache: MetadataCache,
+                 inter_broker: InterBrokerApis | None = None) -> None:
         self.config = config
+        self.metadata_cache = metadata_cache
         self.replica_manager = replica_manager
         self.controller = controller
         self.admin = admin
         self.producer_ids = producer_ids
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
-        self.advertised: dict[str, tuple[str, int]] = {}  # listener name -> (host, port)
         handlers: dict[int, Callable[[Request, RequestContext], Any]] = {
             ApiKey.API_VERSIONS: self.handle_api_versions,
             ApiKey.METADATA: self.handle_metadata,
@@ -106,6 +110,8 @@ class KafkaApis:
         handlers.update(admin.handlers())
         self.group_apis = GroupApis(config, group_coordinator, controller, self._endpoint)
         handlers.update(self.group_apis.handlers())
+        if inter_broker is not None:  # a cluster on ZooKeeper
+            handlers.update(inter_broker.handlers())
         self._handlers = handlers
         self._ranges = {key: supported_range(key) for key in handlers}
         self._api_versions = api_versions_response.ApiVersionsResponse(
@@ -134,74 +140,92 @@ class KafkaApis:
     def handle_api_versions(self, request: Request, context: RequestContext) -> Message:
         return self._api_versions  # the same every time: built once
 
-    def _endpoint(self, context: RequestContext) -> tuple[str, int]:
-        return self.advertised[context.listener_name]
+    def _endpoint(self, broker_id: int, context: RequestContext) -> tuple[str, int] | None:
+        return self.metadata_cache.endpoint(broker_id, context.listener_name)
 
     def handle_metadata(self, request: Request, context: RequestContext) -> Message:
         body = cast(MetadataRequest, request.body)
         version = request.api_version
-        controller = self.controller
+        cache = self.metadata_cache
         requested = body.topics
+        listener = context.listener_name
         if requested is None or (version == 0 and not requested):
-            topics = [self._topic_metadata(t.name) for t in controller.topics.values()]
+            topics = [self._topic_metadata(name, listener, version)
+                      for name in list(cache.topics)]
         else:
             allow_create = (body.allow_auto_topic_creation if version >= 4 else True) and (
                 self.config.auto_create_topics_enable)
             topics = []
             for wanted in requested:
                 if wanted.name is None:
-                    topic = controller.topics_by_id.get(wanted.topic_id)
-                    topics.append(self._topic_metadata(topic.name) if topic else
-                                  metadata_response.MetadataResponseTopic(
+                    topic = cache.topics_by_id.get(wanted.topic_id)
+                    topics.append(self._topic_metadata(topic.name, listener, version)
+                                  if topic else metadata_response.MetadataResponseTopic(
                                       error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None,
                                       topic_id=wanted.topic_id))
                     continue
-                topics.append(self._topic_metadata(wanted.name, allow_create))
+                topics.append(self._topic_metadata(wanted.name, listener, version, allow_create))
         if body.include_topic_authorized_operations:
             for t in topics:
                 if t.error_code == ErrorCode.NONE:
                     t.topic_authorized_operations = _TOPIC_OPERATIONS
-        host, port = self._endpoint(context)
         return metadata_response.MetadataResponse(
             brokers=[metadata_response.MetadataResponseBroker(
-                node_id=self.config.node_id, host=host, port=port, rack=self.config.broker_rack)],
-            cluster_id=controller.store.cluster_id,
-            controller_id=self.config.node_id,
+                node_id=broker.id, host=host, port=port, rack=broker.rack)
+                for broker, host, port in cache.alive_brokers(listener)],
+            cluster_id=cache.cluster_id,
+            controller_id=-1 if cache.controller_id is None else cache.controller_id,
             topics=topics,
             cluster_authorized_operations=(_CLUSTER_OPERATIONS if version < 11 and
                                            body.include_cluster_authorized_operations
                                            else _NOT_REQUESTED),
         )
 
-    def _topic_metadata(self, name: str, allow_create: bool = False
-                        ) -> metadata_response.MetadataResponseTopic:
-        topic = self.controller.topics.get(name)
+    def _topic_metadata(self, name: str, listener: str, version: int,
+                        allow_create: bool = False) -> metadata_response.MetadataResponseTopic:
+        cache = self.metadata_cache
+        topic = cache.topics.get(name)
         if topic is None:
             error: int = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             if allow_create and not is_internal(name):
-                topic, error = self._auto_create(name)
+                # Until the controller has elected its leaders (ZooKeeper) the new topic
+                # is LEADER_NOT_AVAILABLE, and clients ask again.
+                error = self._auto_create(name) or ErrorCode.LEADER_NOT_AVAILABLE
+                topic = cache.topics.get(name)
             if topic is None:
                 return metadata_response.MetadataResponseTopic(error_code=error, name=name)
-        partitions = [
-            metadata_response.MetadataResponsePartition(
+        partitions = []
+        for p, s in sorted(topic.partitions.items()):
+            partition = metadata_response.MetadataResponsePartition(
                 partition_index=p, leader_id=s.leader, leader_epoch=s.leader_epoch,
-                replica_nodes=s.replicas, isr_nodes=s.isr, offline_replicas=[],
-            )
-            for p, s in sorted(topic.partitions.items())
-        ]
+                replica_nodes=s.replicas, isr_nodes=s.isr,
+                offline_replicas=cache.offline_replicas.get((name, p), []))
+            # Kafka's ZkMetadataCache: a partition whose leader is down, or has no
+            # endpoint on this listener, has no leader to show.
+            if s.leader < 0 or s.leader not in cache.brokers:
+                partition.leader_id = -1
+                partition.error_code = ErrorCode.LEADER_NOT_AVAILABLE
+            elif not cache.has_listener(s.leader, listener):
+                partition.leader_id = -1
+                partition.error_code = (ErrorCode.LISTENER_NOT_FOUND if version >= 6
+                                        else ErrorCode.LEADER_NOT_AVAILABLE)
+            partitions.append(partition)
         return metadata_response.MetadataResponseTopic(
             name=name, topic_id=topic.topic_id, is_internal=is_internal(name),
             partitions=partitions)
 
-    def _auto_create(self, name: str) -> tuple[TopicMetadata | None, int]:
+    def _auto_create(self, name: str) -> int:
+        """Creates a topic a Metadata request names; NONE or the error to answer with."""
         try:
             validate_topic_name(name)
-            topic = self.controller.create_topic(
+            self.controller.create_topic(
                 name, self.config.num_partitions, self.config.default_replication_factor, {})
+        except TopicExistsError:
+            pass  # another broker created it meanwhile: this one learns of it shortly
         except KafkaError as e:
             log.info("cannot auto-create topic %r: %s", name, e)
-            return None, int(e.error_code)
-        return topic, ErrorCode.NONE
+            return int(e.error_code)
+        return ErrorCode.NONE
 
     def handle_describe_cluster(self, request: Request, context: RequestContext) -> Message:
         body = cast(DescribeClusterRequest, request.body)
@@ -210,13 +234,13 @@ class KafkaApis:
                 error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
                 error_message="this cluster has no KRaft controllers to describe",
                 endpoint_type=body.endpoint_type)
-        host, port = self._endpoint(context)
+        cache = self.metadata_cache
         return describe_cluster_response.DescribeClusterResponse(
-            endpoint_type=1, cluster_id=self.controller.store.cluster_id,
-            controller_id=self.config.node_id,
+            endpoint_type=1, cluster_id=cache.cluster_id,
+            controller_id=-1 if cache.controller_id is None else cache.controller_id,
             brokers=[describe_cluster_response.DescribeClusterBroker(
-                broker_id=self.config.node_id, host=host, port=port,
-                rack=self.config.broker_rack)],
+                broker_id=broker.id, host=host, port=port, rack=broker.rack)
+                for broker, host, port in cache.alive_brokers(context.listener_name)],
             cluster_authorized_operations=(_CLUSTER_OPERATIONS
                                            if body.include_cluster_authorized_operations
                                            else _NOT_REQUESTED),
@@ -224,7 +248,7 @@ class KafkaApis:
 
     # ---- Produce ----------------------------------------------------------------------
 
-    def handle_produce(self, request: Request, context: RequestContext) -> Message | None:
+    async def handle_produce(self, request: Request, context: RequestContext) -> Message | None:
         body = cast(ProduceRequest, request.body)
         acks = body.acks
         entries: dict[tuple[str, int], Any] = {}
@@ -243,7 +267,7 @@ class KafkaApis:
                                   "transactions are not supported yet")
                 else:
                     entries[tp] = p.records
-        results = self.replica_manager.append_records(acks, entries)
+        results = await self.replica_manager.produce(acks, body.timeout_ms, entries)
         if acks == 0:
             if errors or any(r.error_code for r in results.values()):
                 # Kafka's answer to a failed acks=0 produce: the producer notices the close.
@@ -275,7 +299,7 @@ class KafkaApis:
         body = cast(FetchRequest, request.body)
         version = request.api_version
         by_id = version >= 13
-        topics_by_id = self.controller.topics_by_id
+        topics_by_id = self.metadata_cache.topics_by_id
         replica_id = body.replica_state.replica_id if version >= 15 else body.replica_id
         requested = []
         for t in body.topics:
@@ -286,7 +310,8 @@ class KafkaApis:
             for p in t.partitions:
                 requested.append(((name, p.partition), t.topic_id,
                                   FetchPartitionRequest(p.fetch_offset, p.partition_max_bytes,
-                                                        p.current_leader_epoch)))
+                                                        p.current_leader_epoch,
+                                                        p.log_start_offset)))
         forgotten: list[tuple[str, int]] = []
         for f in body.forgotten_topics_data:
             name = f.topic
@@ -333,16 +358,15 @@ class KafkaApis:
 
     def handle_list_offsets(self, request: Request, context: RequestContext) -> Message:
         body = cast(ListOffsetsRequest, request.body)
-        consumer = body.replica_id == CONSUMER_REPLICA_ID
         topics = []
         for t in body.topics:
-            partitions = [self._list_offset(t.name, p, consumer, body.isolation_level,
+            partitions = [self._list_offset(t.name, p, body.replica_id, body.isolation_level,
                                             request.api_version) for p in t.partitions]
             topics.append(list_offsets_response.ListOffsetsTopicResponse(
                 name=t.name, partitions=partitions))
         return list_offsets_response.ListOffsetsResponse(topics=topics)
 
-    def _list_offset(self, topic: str, p: Any, consumer: bool, isolation_level: int,
+    def _list_offset(self, topic: str, p: Any, replica_id: int, isolation_level: int,
                      version: int) -> list_offsets_response.ListOffsetsPartitionResponse:
         response = list_offsets_response.ListOffsetsPartitionResponse(
             partition_index=p.partition_index, timestamp=-1, offset=-1)
@@ -354,12 +378,15 @@ class KafkaApis:
         if error:
             response.error_code = error
             return response
+        if not partition.is_leader and replica_id != DEBUGGING_REPLICA_ID:
+            response.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            return response
         if version >= 4:  # a field older versions lack must keep its default
             response.leader_epoch = partition.leader_epoch
         ts = p.timestamp
         # Consumers see up to the high watermark (read_uncommitted) or the last stable
         # offset (read_committed); followers and tools up to the log end.
-        if consumer:
+        if replica_id == CONSUMER_REPLICA_ID:
             end = (partition.last_stable_offset if isolation_level == READ_COMMITTED
                    else partition.high_watermark)
         else:

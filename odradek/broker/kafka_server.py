@@ -16,17 +16,33 @@ import logging
 import signal
 import socket
 from pathlib import Path
+from typing import cast
 
 from odradek.broker.admin import AdminManager
+from odradek.broker.alter_partition_manager import AlterPartitionManager
 from odradek.broker.apis import KafkaApis
 from odradek.broker.config_manager import load_dynamic_broker_configs
+from odradek.broker.controller_channel import ControllerChannelManager
+from odradek.broker.inter_broker_apis import InterBrokerApis
+from odradek.broker.inter_broker_client import DisconnectedError, InterBrokerClient
+from odradek.broker.metadata_cache import Broker, MetadataCache
 from odradek.broker.producer_ids import ProducerIdManager
+from odradek.broker.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.cluster.controller import Controller
 from odradek.cluster.embedded import EmbeddedMetadataStore
+from odradek.cluster.kafka_controller import KafkaController
+from odradek.cluster.metadata import MetadataStore
+from odradek.cluster.zk_topic_admin import ZkTopicAdmin
+from odradek.cluster.zookeeper.store import ZooKeeperMetadataStore
+from odradek.cluster.zookeeper.znodes import BrokerEndpoint
 from odradek.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from odradek.coordinator.group.group_metadata_manager import GroupMetadataManager, OffsetConfig
 from odradek.coordinator.timer import AsyncioTimer, SystemTime
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.exceptions import KafkaError
+from odradek.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
+from odradek.protocol.messages.controlled_shutdown_response import ControlledShutdownResponse
 from odradek.server.config import BrokerConfig
 from odradek.server.network import BoundListener, SocketServer
 from odradek.storage.checkpoints import write_durably
@@ -46,22 +62,56 @@ class KafkaServer:
         self.socket_server: SocketServer | None = None
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.metadata_cache: MetadataCache | None = None
+        self.zk_store: ZooKeeperMetadataStore | None = None
+        self.kafka_controller: KafkaController | None = None
+        self.alter_partition_manager: AlterPartitionManager | None = None
+        self._periodic: asyncio.Task[None] | None = None
         self.bound: list[BoundListener] = []
         self._stop = asyncio.Event()
 
     async def startup(self) -> None:
         config = self.config
-        store = EmbeddedMetadataStore(config.log_dirs[0])
+        zk_store: ZooKeeperMetadataStore | None = None
+        store: MetadataStore
+        if config.zookeeper_connect:
+            zk_store = self.zk_store = ZooKeeperMetadataStore(
+                config.zookeeper_connect, config.node_id,
+                session_timeout_ms=config.get("zookeeper.session.timeout.ms"),
+                connection_timeout_ms=config.get("zookeeper.connection.timeout.ms"))
+            store = await asyncio.to_thread(zk_store.start)
+        else:
+            store = EmbeddedMetadataStore(config.log_dirs[0])
         for log_dir in config.log_dirs:
             check_meta_properties(log_dir, config.node_id, store.cluster_id)
         config = self.config = load_dynamic_broker_configs(config, store)
-        controller = Controller(config.node_id, store)
+        cache: MetadataCache
+        controller: Controller
+        if zk_store is not None:
+            cache = MetadataCache(config.node_id, store.cluster_id)
+            controller = ZkTopicAdmin(
+                config.node_id, zk_store, cache.topics, cache.topics_by_id,
+                lambda: {b.id: b.rack for b in cache.brokers.values()})
+        else:
+            controller = Controller(config.node_id, store)
+            cache = MetadataCache(config.node_id, store.cluster_id, controller.topics,
+                                  controller.topics_by_id)
+        self.metadata_cache = cache
         self.log_manager = LogManager(
             config.log_manager_config, config.log_config,
-            topic_config=lambda topic: self._topic_log_config(controller, topic),
+            topic_config=self._topic_log_config,
         )
         self.log_manager.startup()
-        self.replica_manager = ReplicaManager(config.node_id, self.log_manager)
+        fetcher_manager: ReplicaFetcherManager | None = None
+        if zk_store is not None:
+            listener = config.inter_broker_listener_name
+            fetcher_manager = ReplicaFetcherManager(
+                config.node_id, lambda broker_id: cache.endpoint(broker_id, listener),
+                FetcherConfig.from_broker_config(config.get))
+        self.replica_manager = ReplicaManager(
+            config.node_id, self.log_manager,
+            replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"),
+            fetcher_manager=fetcher_manager)
         # Started before the controller hands out partitions, so that leading a
         # __consumer_offsets partition loads its groups.
         time, timer = SystemTime(), AsyncioTimer()
@@ -71,30 +121,110 @@ class KafkaServer:
                                  time, timer),
             time, timer)
         self.group_coordinator.startup()
-        controller.startup(self.replica_manager)
-        self._report_stray_logs(controller)
+        inter_broker: InterBrokerApis | None = None
+        if zk_store is not None:
+            self.kafka_controller = KafkaController(
+                config.node_id, zk_store,
+                ControllerChannelManager(InterBrokerClient(
+                    client_id=f"broker-{config.node_id}-controller")),
+                inter_broker_listener=config.inter_broker_listener_name,
+                unclean_leader_election=lambda configs: config.log_config.with_overrides(
+                    configs).unclean_leader_election_enable)
+            inter_broker = InterBrokerApis(config.node_id, zk_store, cache, self.replica_manager,
+                                           self.kafka_controller)
+            self.alter_partition_manager = AlterPartitionManager(
+                config.node_id, lambda: self._controller_endpoint(cache),
+                InterBrokerClient(client_id=f"broker-{config.node_id}-alter-partition"),
+                self.replica_manager.alter_partition_completed)
+            self.alter_partition_manager.start()
+            self.replica_manager.alter_partition = self.alter_partition_manager.submit
+        else:
+            controller.startup(self.replica_manager)
+            self._report_stray_logs(controller)
         admin = AdminManager(config, controller, self.replica_manager)
         admin.configs.on_broker_config_change = self._broker_config_changed
         apis = KafkaApis(config, self.replica_manager, controller, admin,
-                         ProducerIdManager(store), self.group_coordinator)
+                         ProducerIdManager(store), self.group_coordinator, cache, inter_broker)
         self.socket_server = SocketServer(
             apis, max_frame_size=config.socket_request_max_bytes,
             connections_max_idle_ms=config.connections_max_idle_ms,
         )
         self.bound = await self.socket_server.start(
             [(li.name, li.host, li.port) for li in config.listeners])
-        ports = {b.name: b.port for b in self.bound}
-        for adv in config.advertised_listeners:
-            host = adv.host or socket.getfqdn()
-            apis.advertised[adv.name] = (host, adv.port or ports[adv.name])
+        endpoints = self._advertised_endpoints()
+        if zk_store is not None:
+            assert self.kafka_controller is not None
+            # Registered once the listeners are bound: the controller's first request
+            # comes at once.
+            protocols = {li.name: li.security_protocol for li in config.advertised_listeners}
+            await asyncio.to_thread(zk_store.register_broker, [
+                BrokerEndpoint(name, host, port, protocols[name])
+                for name, (host, port) in endpoints.items()], config.broker_rack)
+            await self.kafka_controller.startup()
+        else:
+            cache.set_local_broker(Broker(config.node_id, endpoints, config.broker_rack))
+        self._periodic = asyncio.get_running_loop().create_task(
+            self.replica_manager.run_periodic_tasks(
+                config.get("replica.high.watermark.checkpoint.interval.ms")),
+            name="replica-manager-periodic")
         log.info("broker %d started (cluster %s), data in %s", config.node_id,
                  store.cluster_id, ", ".join(str(d) for d in config.log_dirs))
 
-    def _topic_log_config(self, controller: Controller, topic: str) -> LogConfig | None:
-        metadata = controller.topics.get(topic)
-        if metadata is None or not metadata.configs:
+    async def _controlled_shutdown(self) -> None:
+        """Asks the controller to move this broker's leaderships away and take it out of
+        the ISRs (Kafka's controlledShutdown), while the listeners still serve its
+        LeaderAndIsr; tries again while partitions it leads have no other replica in sync."""
+        config = self.config
+        assert self.metadata_cache is not None
+        client = InterBrokerClient(client_id=f"broker-{config.node_id}-controlled-shutdown")
+        retries = config.get("controlled.shutdown.max.retries")
+        try:
+            for attempt in range(1, retries + 1):
+                controller = self._controller_endpoint(self.metadata_cache)
+                if controller is not None:
+                    controller_id, address = controller
+                    client.update_endpoints({controller_id: address})
+                    try:
+                        response = cast(ControlledShutdownResponse, await client.send(
+                            controller_id, ControlledShutdownRequest(broker_id=config.node_id)))
+                    except (DisconnectedError, KafkaError) as e:
+                        log.info("controlled shutdown attempt %d failed: %s", attempt, e)
+                    else:
+                        remaining = [f"{p.topic_name}-{p.partition_index}"
+                                     for p in response.remaining_partitions]
+                        if response.error_code == ErrorCode.NONE and not remaining:
+                            log.info("controlled shutdown of broker %d done", config.node_id)
+                            return
+                        log.info("controlled shutdown attempt %d: %s; still leading %s",
+                                 attempt, ErrorCode(response.error_code).name, remaining)
+                if attempt < retries:
+                    await asyncio.sleep(config.get("controlled.shutdown.retry.backoff.ms") / 1000)
+            log.warning("controlled shutdown of broker %d failed: stopping anyway; the "
+                        "controller elects new leaders when its session ends", config.node_id)
+        finally:
+            await client.close()
+
+    def _controller_endpoint(self, cache: MetadataCache) -> tuple[int, tuple[str, int]] | None:
+        controller_id = cache.controller_id
+        if controller_id is None:
             return None
-        return self.config.log_config.with_overrides(metadata.configs)
+        address = cache.endpoint(controller_id, self.config.inter_broker_listener_name)
+        return None if address is None else (controller_id, address)
+
+    def _advertised_endpoints(self) -> dict[str, tuple[str, int]]:
+        """Listener name -> (host, port) as clients are told; port 0 means the one bound."""
+        ports = {b.name: b.port for b in self.bound}
+        return {adv.name: (adv.host or socket.getfqdn(), adv.port or ports[adv.name])
+                for adv in self.config.advertised_listeners}
+
+    def _topic_log_config(self, topic: str) -> LogConfig | None:
+        assert self.metadata_cache is not None
+        metadata = self.metadata_cache.topics.get(topic)
+        configs = (metadata.configs if metadata is not None
+                   else self.metadata_cache.topic_configs.get(topic))
+        if not configs:
+            return None
+        return self.config.log_config.with_overrides(configs)
 
     def _broker_config_changed(self, config: BrokerConfig) -> None:
         # Dynamic broker configs: the topic defaults apply at once; the other dynamic
@@ -114,14 +244,29 @@ class KafkaServer:
 
     async def shutdown(self) -> None:
         log.info("broker %d shutting down", self.config.node_id)
+        if (self.kafka_controller is not None and self.socket_server is not None
+                and self.config.get("controlled.shutdown.enable")):
+            await self._controlled_shutdown()
         if self.group_coordinator is not None:
             # Waiting JoinGroup and SyncGroup requests answer now (NOT_COORDINATOR), so the
             # connections can finish them.
             self.group_coordinator.shutdown()
+        if self._periodic is not None:
+            self._periodic.cancel()
+            await asyncio.gather(self._periodic, return_exceptions=True)
         if self.replica_manager is not None:
+            if self.replica_manager.fetcher_manager is not None:
+                await self.replica_manager.fetcher_manager.shutdown()
             self.replica_manager.shutdown()  # waiting fetches answer now, not at max_wait
+        if self.alter_partition_manager is not None:
+            await self.alter_partition_manager.shutdown()
+        if self.kafka_controller is not None:
+            await self.kafka_controller.shutdown()
         if self.socket_server is not None:
             await self.socket_server.stop()
+        if self.zk_store is not None:
+            # The session ends: the controller sees this broker leave at once.
+            await asyncio.to_thread(self.zk_store.close)
         if self.log_manager is not None:
             self.log_manager.shutdown()
         log.info("broker %d stopped", self.config.node_id)

@@ -3,6 +3,13 @@
 Appends go to each partition's leader log and wake the fetches waiting on it. A fetch
 that finds fewer than min_bytes waits (Kafka's DelayedFetch) until appends bring enough
 or max_wait_ms passes. Reads return file slices that the connection sends from the files.
+
+With replication, the controller's LeaderAndIsr makes each partition a leader or a
+follower; followers are handed to the ReplicaFetcherManager. An acks=all produce waits
+(Kafka's DelayedProduce) until the high watermark passes its records, which happens as
+followers fetch them. Followers' fetches tell the leader's Partition how far they are.
+The high watermarks are checkpointed (replication-offset-checkpoint in each log dir), so
+that a restarted broker shows consumers nothing that was not committed.
 """
 
 from __future__ import annotations
@@ -11,26 +18,32 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from uuid import UUID
+from pathlib import Path
+from uuid import UUID, uuid4
 
 from odradek.broker.partition import LogReadResult, Partition
+from odradek.broker.replica_fetcher import InitialFetchState, ReplicaFetcherManager
 from odradek.cluster.metadata import PartitionState, TopicMetadata
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import KafkaError
+from odradek.storage.checkpoints import OffsetCheckpointFile
 from odradek.storage.config import LogConfig
 from odradek.storage.errors import InvalidConfigError, OffsetOutOfRangeError, StorageError
+from odradek.storage.log import system_clock
 from odradek.storage.log_manager import LogManager
 from odradek.storage.segment import FileSlice
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-# Told of leadership changes (Kafka's onLeadershipChange): the topic, the partitions this
-# broker now leads, and those it no longer holds. The coordinators load and unload their
-# internal topics' partitions on it.
-LeadershipListener = Callable[[TopicMetadata, list[int], list[int]], None]
+# Told of leadership changes (Kafka's onLeadershipChange): the topic, its partition count,
+# the partitions this broker now leads, and those it no longer leads. The coordinators
+# load and unload their internal topics' partitions on it.
+LeadershipListener = Callable[[str, int, list[int], list[int]], None]
 CONSUMER_REPLICA_ID = -1  # Fetch's replica id for consumers; followers send their node id
+DEBUGGING_REPLICA_ID = -2  # tools that read any replica up to its log end
 READ_COMMITTED = 1
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 
 
 def error_of(e: BaseException) -> int:
@@ -48,6 +61,7 @@ class ProducePartitionResult:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    last_offset: int = -1  # the last offset appended: acks=all waits for the HW past it
 
 
 @dataclass(slots=True)
@@ -55,6 +69,7 @@ class FetchPartitionRequest:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = -1
+    log_start_offset: int = -1  # a follower's
 
 
 @dataclass(slots=True)
@@ -67,8 +82,9 @@ class FetchPartitionResult:
     size: int = 0
 
 
-class FetchPurgatory:
-    """Fetches waiting for data, keyed by partition; an append wakes them."""
+class Purgatory:
+    """Requests waiting on partitions (fetches for data, produces for the high watermark),
+    keyed by partition; a change to the partition wakes them to look again."""
 
     def __init__(self) -> None:
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
@@ -101,47 +117,204 @@ class FetchPurgatory:
 
 
 class ReplicaManager:
-    def __init__(self, node_id: int, log_manager: LogManager) -> None:
+    def __init__(self, node_id: int, log_manager: LogManager, *,
+                 clock: Callable[[], int] = system_clock,
+                 replica_lag_time_max_ms: int = 30_000,
+                 fetcher_manager: ReplicaFetcherManager | None = None) -> None:
         self.node_id = node_id
         self.log_manager = log_manager
+        self.clock = clock
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.fetcher_manager = fetcher_manager
+        # Sends a leader's ISR proposals to the controller (an AlterPartitionManager's
+        # submit); without one (a single node) the ISR never changes.
+        self.alter_partition: Callable[[Partition, list[int]], None] | None = None
         self.partitions: dict[TopicPartition, Partition] = {}
-        self.purgatory = FetchPurgatory()
+        self.purgatory = Purgatory()  # fetches
+        self.produce_purgatory = Purgatory()  # acks=all produces
         self.shutting_down = False
         self.leadership_listeners: list[LeadershipListener] = []
+        self._checkpointed_high_watermarks: dict[TopicPartition, int] = {}
+        for log_dir in log_manager.config.log_dirs:
+            try:
+                self._checkpointed_high_watermarks.update(
+                    OffsetCheckpointFile(log_dir / HIGH_WATERMARK_CHECKPOINT).read())
+            except StorageError as e:  # the logs are still there: start from their starts
+                log.warning("ignoring the high watermark checkpoint: %s", e)
 
     def add_leadership_listener(self, listener: LeadershipListener) -> None:
         self.leadership_listeners.append(listener)
 
     # ---- partition lifecycle ----------------------------------------------------------
 
-    def make_leader(self, topic: str, index: int, topic_id: UUID,
-                    state: PartitionState) -> Partition:
+    def get_or_create_partition(self, topic: str, index: int, topic_id: UUID) -> Partition:
         partition = self.partitions.get((topic, index))
         if partition is None:
             partition_log = self.log_manager.get_or_create_log(topic, index)
-            partition = Partition(topic, index, topic_id, partition_log, node_id=self.node_id,
-                                  leader_epoch=state.leader_epoch, replicas=state.replicas,
-                                  isr=state.isr)
+            partition = Partition(
+                topic, index, topic_id, partition_log, node_id=self.node_id,
+                high_watermark=self._checkpointed_high_watermarks.pop(
+                    (topic, index), partition_log.log_start_offset),
+                clock=self.clock, replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+                alter_partition=self._alter_partition)
             self.partitions[(topic, index)] = partition
-        else:
-            partition.leader_epoch = state.leader_epoch
-            partition.isr = state.isr
-            partition.replicas = state.replicas
         return partition
 
-    # The controller's instructions (cluster.controller.PartitionListener).
+    def _alter_partition(self, partition: Partition, isr: list[int]) -> None:
+        if self.alter_partition is not None:
+            self.alter_partition(partition, isr)
+        else:
+            partition.alter_partition_completed(partition.leader_epoch,
+                                                ErrorCode.NOT_CONTROLLER, None)
+
+    def make_leader(self, topic: str, index: int, topic_id: UUID,
+                    state: PartitionState) -> Partition:
+        partition = self.get_or_create_partition(topic, index, topic_id)
+        partition.make_leader(state)
+        self._partition_changed(partition.tp)
+        return partition
+
+    # The embedded controller's instructions (cluster.controller.PartitionListener).
 
     def become_leader(self, topic: TopicMetadata, partitions: list[int]) -> None:
         for index in partitions:
             self.make_leader(topic.name, index, topic.topic_id, topic.partitions[index])
-        for listener in self.leadership_listeners:
-            listener(topic, partitions, [])
+        self._tell_listeners(topic.name, len(topic.partitions), partitions, [])
 
     def remove_partitions(self, topic: TopicMetadata) -> None:
-        for listener in self.leadership_listeners:
-            listener(topic, [], sorted(topic.partitions))
+        self._tell_listeners(topic.name, len(topic.partitions), [], sorted(topic.partitions))
         for index in topic.partitions:
             self.delete_partition(topic.name, index)
+
+    def _tell_listeners(self, topic: str, partition_count: int, led: list[int],
+                        resigned: list[int]) -> None:
+        if led or resigned:
+            for listener in self.leadership_listeners:
+                listener(topic, partition_count, led, resigned)
+
+    # The ZooKeeper controller's instructions (LeaderAndIsr, StopReplica).
+
+    def become_leader_or_follower(
+        self, states: list[tuple[str, UUID | None, int, PartitionState]],
+        partition_counts: dict[str, int],
+    ) -> dict[TopicPartition, int]:
+        """LeaderAndIsr: leads or follows each partition as told; per partition the error
+        (Kafka's becomeLeaderOrFollower). A state older than the partition's is refused."""
+        errors: dict[TopicPartition, int] = {}
+        led: dict[str, list[int]] = {}
+        resigned: dict[str, list[int]] = {}
+        to_follow: dict[TopicPartition, InitialFetchState] = {}
+        not_fetching: list[TopicPartition] = []
+        for topic, topic_id, index, state in states:
+            tp = (topic, index)
+            current = self.partitions.get(tp)
+            if self.node_id not in state.replicas:
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            if current is not None:
+                if topic_id is not None and current.topic_id != topic_id:
+                    errors[tp] = ErrorCode.INCONSISTENT_TOPIC_ID
+                    continue
+                if state.leader_epoch < current.leader_epoch:
+                    errors[tp] = ErrorCode.STALE_CONTROLLER_EPOCH
+                    continue
+                if (state.leader_epoch == current.leader_epoch
+                        and state.leader == current.leader_id
+                        and state.partition_epoch < current.partition_epoch):
+                    continue  # an AlterPartition answer already brought a newer ISR
+            try:
+                partition = current or self.get_or_create_partition(
+                    topic, index, topic_id or uuid4())
+                was_leader = partition.is_leader
+                if state.leader == self.node_id:
+                    partition.make_leader(state)
+                    not_fetching.append(tp)
+                    led.setdefault(topic, []).append(index)
+                else:
+                    changed = partition.make_follower(state)
+                    if was_leader:
+                        resigned.setdefault(topic, []).append(index)
+                    if state.leader < 0:
+                        not_fetching.append(tp)
+                    elif changed or (self.fetcher_manager is not None
+                                     and self.fetcher_manager.leader_of(tp) is None):
+                        to_follow[tp] = InitialFetchState(state.leader, state.leader_epoch,
+                                                          partition)
+            except Exception as e:  # this partition's answer, not the request's
+                log.exception("LeaderAndIsr for %s-%d failed", topic, index)
+                errors[tp] = error_of(e)
+                continue
+            self._partition_changed(tp)
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_partitions(not_fetching + list(to_follow))
+            self.fetcher_manager.add_partitions(to_follow)
+        for topic in led.keys() | resigned.keys():
+            self._tell_listeners(topic, partition_counts.get(topic, 0), led.get(topic, []),
+                                 resigned.get(topic, []))
+        return errors
+
+    def stop_replicas(self, stops: list[tuple[TopicPartition, bool]]) -> dict[TopicPartition, int]:
+        """StopReplica: stops fetching the partitions and, when told, deletes them."""
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_partitions(tp for tp, _ in stops)
+        errors: dict[TopicPartition, int] = {}
+        for tp, delete in stops:
+            partition = self.partitions.get(tp)
+            if partition is not None and partition.is_leader:
+                self._tell_listeners(tp[0], 0, [], [tp[1]])
+            if not delete:
+                continue
+            try:
+                self.delete_partition(*tp)
+            except Exception as e:
+                log.exception("deleting %s-%d failed", *tp)
+                errors[tp] = error_of(e)
+        return errors
+
+    def _partition_changed(self, tp: TopicPartition) -> None:
+        """Waiting requests look again: the HW, the ISR or the leadership changed."""
+        self.purgatory.notify(tp)
+        self.produce_purgatory.notify(tp)
+
+    # ---- the leaders' periodic work ---------------------------------------------------
+
+    def maybe_shrink_isrs(self) -> None:
+        """Drops lagging followers from the ISRs this broker leads (Kafka runs it every
+        replica.lag.time.max.ms / 2)."""
+        for partition in list(self.partitions.values()):
+            partition.maybe_shrink_isr()
+
+    def alter_partition_completed(self, partition: Partition, leader_epoch: int, error: int,
+                                  state: PartitionState | None) -> None:
+        if self.partitions.get(partition.tp) is partition and partition.alter_partition_completed(
+                leader_epoch, error, state):
+            self._partition_changed(partition.tp)
+
+    def checkpoint_high_watermarks(self) -> None:
+        by_dir: dict[Path, dict[TopicPartition, int]] = {
+            d: {} for d in self.log_manager.config.log_dirs}
+        for tp, partition in list(self.partitions.items()):
+            by_dir.setdefault(partition.log.directory.parent, {})[tp] = partition.high_watermark
+        for log_dir, entries in by_dir.items():
+            try:
+                OffsetCheckpointFile(log_dir / HIGH_WATERMARK_CHECKPOINT).write(entries)
+            except StorageError as e:
+                log.error("cannot checkpoint the high watermarks: %s", e)
+
+    async def run_periodic_tasks(self, checkpoint_interval_ms: int = 5000) -> None:
+        """The ISR expiration and high watermark checkpoint schedules, until cancelled."""
+        loop = asyncio.get_running_loop()
+        isr_interval = self.replica_lag_time_max_ms / 2000
+        next_isr = next_checkpoint = loop.time()
+        while True:
+            now = loop.time()
+            if now >= next_isr:
+                self.maybe_shrink_isrs()
+                next_isr = now + isr_interval
+            if now >= next_checkpoint:
+                self.checkpoint_high_watermarks()
+                next_checkpoint = now + checkpoint_interval_ms / 1000
+            await asyncio.sleep(max(0.0, min(next_isr, next_checkpoint) - loop.time()))
 
     def topic_config_changed(self, topic: TopicMetadata) -> None:
         config = self.log_manager.log_config(topic.name)
@@ -163,7 +336,7 @@ class ReplicaManager:
     def delete_partition(self, topic: str, index: int) -> None:
         self.partitions.pop((topic, index), None)
         self.log_manager.delete_log(topic, index)
-        self.purgatory.notify((topic, index))
+        self._partition_changed((topic, index))
 
     def get_partition(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
@@ -171,8 +344,52 @@ class ReplicaManager:
     def shutdown(self) -> None:
         self.shutting_down = True
         self.purgatory.wake_all()
+        self.produce_purgatory.wake_all()
+        self.checkpoint_high_watermarks()
 
     # ---- produce ----------------------------------------------------------------------
+
+    async def produce(self, required_acks: int, timeout_ms: int,
+                      entries: dict[TopicPartition, bytearray | memoryview | None]
+                      ) -> dict[TopicPartition, ProducePartitionResult]:
+        """Appends to the leaders' logs; with acks=all, waits up to `timeout_ms` until the
+        high watermark passes the records (Kafka's DelayedProduce): REQUEST_TIMED_OUT if
+        it does not, NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below
+        min.insync.replicas meanwhile."""
+        results = self.append_records(required_acks, entries)
+        if required_acks != -1:
+            return results
+        waiting: dict[TopicPartition, tuple[int, int]] = {}
+        for tp, result in results.items():
+            if result.error_code == ErrorCode.NONE:
+                partition = self.partitions[tp]
+                waiting[tp] = (result.last_offset + 1, partition.leader_epoch)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while waiting:
+            for tp, (required_offset, leader_epoch) in list(waiting.items()):
+                partition = self.partitions.get(tp)
+                done, error = ((True, ErrorCode.NOT_LEADER_OR_FOLLOWER) if partition is None
+                               else partition.check_enough_replicas_reach_offset(
+                                   required_offset, leader_epoch))
+                if done:
+                    del waiting[tp]
+                    if error:
+                        results[tp] = ProducePartitionResult(
+                            error, error_message=f"{ErrorCode(error).name} while waiting for "
+                            "the in-sync replicas")
+            remaining = deadline - loop.time()
+            if not waiting:
+                break
+            if remaining <= 0 or self.shutting_down:
+                for tp in waiting:
+                    results[tp] = ProducePartitionResult(
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        error_message="the in-sync replicas did not all get the records "
+                        f"within {timeout_ms} ms")
+                break
+            await self.produce_purgatory.wait(waiting, remaining)
+        return results
 
     def append_records(self, required_acks: int,
                        entries: dict[TopicPartition, bytearray | memoryview | None]
@@ -193,8 +410,9 @@ class ReplicaManager:
                 results[tp] = self._append_failure(partition, e)
                 continue
             results[tp] = ProducePartitionResult(
-                ErrorCode.NONE, info.first_offset, info.log_append_time, info.log_start_offset)
-            self.purgatory.notify(tp)
+                ErrorCode.NONE, info.first_offset, info.log_append_time, info.log_start_offset,
+                last_offset=info.last_offset)
+            self._partition_changed(tp)
         return results
 
     def _append_failure(self, partition: Partition, e: Exception) -> ProducePartitionResult:
@@ -272,6 +490,8 @@ class ReplicaManager:
         error = partition.check_leader_epoch(request.current_leader_epoch)
         if error:
             return FetchPartitionResult(error)
+        if not partition.is_leader and replica_id != DEBUGGING_REPLICA_ID:
+            return FetchPartitionResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         try:
             read: LogReadResult = partition.read(
                 request.fetch_offset, min(request.max_bytes, limit),
@@ -285,7 +505,11 @@ class ReplicaManager:
         except Exception as e:
             log.error("fetch from %s-%d failed: %s", tp[0], tp[1], e)
             return FetchPartitionResult(error_of(e), partition.high_watermark)
+        if replica_id >= 0 and partition.update_follower_fetch_state(
+                replica_id, request.fetch_offset, request.log_start_offset,
+                read.log_end_offset):
+            self._partition_changed(tp)
         return FetchPartitionResult(
-            ErrorCode.NONE, read.high_watermark, partition.last_stable_offset,
+            ErrorCode.NONE, partition.high_watermark, partition.last_stable_offset,
             read.log_start_offset, read.info.slices, read.info.size,
         )

@@ -150,31 +150,42 @@ class Controller:
             {p: PartitionState(list(r), r[0], 0, list(r)) for p, r in assignments.items()},
             dict(configs),
         )
+        self._create(topic)
+        return topic
+
+    def _create(self, topic: TopicMetadata) -> None:
+        name = topic.name
         self.store.create_topic(topic)
         self.topics[name] = topic
         self.topics_by_id[topic.topic_id] = topic
-        log.info("created topic %s with %d partitions (id %s)", name, len(assignments),
+        log.info("created topic %s with %d partitions (id %s)", name, len(topic.partitions),
                  topic.topic_id)
         if self.listener is not None:
             self.listener.become_leader(topic, sorted(topic.partitions))
-        return topic
+
+    def broker_racks(self) -> dict[int, str | None]:
+        """The live brokers and their racks, for replica assignment."""
+        return dict.fromkeys(self.live_brokers)
 
     def _assign(self, partitions: range, replication_factor: int) -> dict[int, list[int]]:
-        racks = dict.fromkeys(self.live_brokers)   # broker.rack comes with the cluster
-        return assign_replicas(len(partitions), replication_factor, racks,
+        return assign_replicas(len(partitions), replication_factor, self.broker_racks(),
                                first_partition=partitions.start)
 
     def delete_topic(self, name: str) -> TopicMetadata:
         topic = self.topics.get(name)
         if topic is None:
             raise UnknownTopicError(f"topic {name!r} does not exist")
+        self._delete(topic)
+        return topic
+
+    def _delete(self, topic: TopicMetadata) -> None:
+        name = topic.name
         self.store.delete_topic(name)
         del self.topics[name]
         self.topics_by_id.pop(topic.topic_id, None)
         log.info("deleted topic %s", name)
         if self.listener is not None:
             self.listener.remove_partitions(topic)
-        return topic
 
     def create_partitions(self, name: str, count: int,
                           assignments: list[list[int]] | None = None,
@@ -205,17 +216,21 @@ class Controller:
             given = self._assign(new, rf)
         if validate_only:
             return
-        for p, replicas in given.items():
-            topic.partitions[p] = PartitionState(list(replicas), replicas[0], 0, list(replicas))
-        self.store.update_topic(topic)
+        self._add_partitions(topic, {p: PartitionState(list(r), r[0], 0, list(r))
+                                     for p, r in given.items()})
         log.info("topic %s now has %d partitions", name, count)
+
+    def _add_partitions(self, topic: TopicMetadata, new: dict[int, PartitionState]) -> None:
+        topic.partitions.update(new)
+        self.store.update_topic(topic)
         if self.listener is not None:
-            self.listener.become_leader(topic, list(new))
+            self.listener.become_leader(topic, sorted(new))
 
     def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         """Replaces the topic's overrides; the caller validated them."""
         topic = self.topics[name]
-        topic.configs = dict(configs)
+        topic.configs.clear()  # in place: the topic's TopicMetadata copies share it
+        topic.configs.update(configs)
         self.store.update_topic(topic)
         if self.listener is not None:
             self.listener.topic_config_changed(topic)

@@ -342,11 +342,28 @@ _HAND_KEYS: list[BrokerKey] = [
         _K("replica.fetch.wait.max.ms", _T.INT, 500,
            "How long a follower's fetch waits for data; at most replica.lag.time.max.ms.",
            Range(0)),
+        _K("replica.fetch.min.bytes", _T.INT, 1,
+           "How many bytes a follower's fetch waits for.", Range(1)),
+        _K("replica.fetch.response.max.bytes", _T.INT, 10 * 1024 * 1024,
+           "How many bytes a follower asks for in all.", Range(0)),
+        _K("replica.fetch.backoff.ms", _T.INT, 1000,
+           "How long a follower waits after a failed fetch.", Range(0)),
+        _K("replica.socket.timeout.ms", _T.INT, 30_000,
+           "How long a follower's request to the leader may take; more than "
+           "replica.fetch.wait.max.ms.", Range(1)),
+        _K("replica.high.watermark.checkpoint.interval.ms", _T.LONG, 5000,
+           "How often the high watermarks are written to replication-offset-checkpoint.",
+           Range(1)),
         _K("num.replica.fetchers", _T.INT, 1,
            "The number of follower fetcher threads per source broker.", Range(1),
            dynamic=True),
         _K("controlled.shutdown.enable", _T.BOOLEAN, True,
            "Move leadership away before shutting down."),
+        _K("controlled.shutdown.max.retries", _T.INT, 3,
+           "How many times a controlled shutdown is tried before the broker stops anyway.",
+           Range(1)),
+        _K("controlled.shutdown.retry.backoff.ms", _T.LONG, 5000,
+           "How long to wait between controlled shutdown attempts.", Range(0)),
         _K("auto.leader.rebalance.enable", _T.BOOLEAN, True,
            "Move leadership back to preferred replicas in the background."),
         _K("leader.imbalance.check.interval.seconds", _T.LONG, 300,
@@ -796,6 +813,7 @@ class BrokerConfig:
             )
         _check_pair(values, "group.min.session.timeout.ms", "group.max.session.timeout.ms")
         _check_pair(values, "replica.fetch.wait.max.ms", "replica.lag.time.max.ms")
+        _check_pair(values, "replica.fetch.wait.max.ms", "replica.socket.timeout.ms")
 
         protocols = _parse_protocol_map(values["listener.security.protocol.map"])
         listeners = _parse_listeners("listeners", values["listeners"], protocols)

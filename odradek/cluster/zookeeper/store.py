@@ -297,7 +297,9 @@ class ZooKeeperMetadataStore:
         try:
             self._commit(tx)
         except _TransactionError as e:
-            if isinstance(e.failed(z.topic_path(name)), NodeExistsError):
+            # Another broker's creation won (its config znode may be the one that clashed).
+            if any(isinstance(e.failed(path), NodeExistsError)
+                   for path in (z.topic_path(name), z.topic_config_path(name))):
                 raise ValueError(f"topic {name} exists already") from None
             raise
         for state in topic.partitions.values():

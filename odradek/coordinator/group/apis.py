@@ -76,7 +76,8 @@ LONG_MAX = 2**63 - 1
 _GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 _NOT_REQUESTED = -(2**31)
 
-Endpoint = Callable[[RequestContext], tuple[str, int]]
+# A broker's advertised address on the request's listener, None when it has none.
+Endpoint = Callable[[int, RequestContext], tuple[str, int] | None]
 _T = TypeVar("_T")
 
 
@@ -86,7 +87,7 @@ class GroupApis:
         self.config = config
         self.coordinator = coordinator
         self.controller = controller
-        self.endpoint = endpoint  # this broker's advertised address on a listener
+        self.endpoint = endpoint
 
     def handlers(self) -> dict[int, Callable[[Request, RequestContext], Any]]:
         return {
@@ -125,10 +126,12 @@ class GroupApis:
         if key_type == GROUP_KEY_TYPE:
             topic = self._offsets_topic()
             if topic is not None:
+                # The coordinator is the leader of the group's __consumer_offsets partition.
                 state = topic.partitions.get(self.coordinator.partition_for(key))
-                if state is not None and state.leader == self.config.node_id:
-                    host, port = self.endpoint(context)
-                    return ErrorCode.NONE, None, self.config.node_id, host, port
+                address = (self.endpoint(state.leader, context)
+                           if state is not None and state.leader >= 0 else None)
+                if state is not None and address is not None:
+                    return ErrorCode.NONE, None, state.leader, address[0], address[1]
             message = "the group coordinator is not available"
         elif key_type in (TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE):
             message = ("this broker has no transaction coordinator yet"

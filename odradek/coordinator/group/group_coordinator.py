@@ -28,7 +28,6 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from odradek.cluster.metadata import TopicMetadata
 from odradek.cluster.topics import GROUP_METADATA_TOPIC
 from odradek.coordinator.group.group_metadata import (
     CONSUMER_PROTOCOL_TYPE,
@@ -140,13 +139,13 @@ class GroupCoordinator:
                 self.on_election(index)
         log.info("group coordinator started")
 
-    def on_leadership_change(self, topic: TopicMetadata, led: list[int],
+    def on_leadership_change(self, topic: str, partition_count: int, led: list[int],
                              resigned: list[int]) -> None:
-        if topic.name != GROUP_METADATA_TOPIC or not self.is_active:
+        if topic != GROUP_METADATA_TOPIC or not self.is_active:
             return
         if led:
             # Fixed once the topic exists, whatever offsets.topic.num.partitions says now.
-            self.manager.partition_count = len(topic.partitions)
+            self.manager.partition_count = partition_count
         for index in resigned:
             self.on_resignation(index)
         for index in led:

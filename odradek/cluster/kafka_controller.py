@@ -1,0 +1,612 @@
+"""KafkaController: the controller of a cluster on ZooKeeper (Kafka's KafkaController).
+
+Every broker runs one; the one elected through /controller is active. The active
+controller keeps the cluster's state (live brokers, topics, each partition's leader,
+leader epoch and ISR), watches ZooKeeper for brokers coming and going and topics created
+and deleted, elects leaders (odradek/cluster/election.py), writes the partition states
+fenced by its controller epoch, and tells the brokers: LeaderAndIsr to the replicas of a
+partition whose leader or ISR changed, UpdateMetadata to every live broker, StopReplica
+to the replicas of a deleted topic. Leaders ask it to change their ISR (AlterPartition).
+
+Like Kafka's, it works through one queue of events, one at a time, on the broker's event
+loop: ZooKeeper's watches (on kazoo's threads) only put events in the queue, and the
+blocking ZooKeeper calls run in worker threads. A controller that finds its epoch fenced
+(ControllerMovedError) or loses its session resigns, and the broker goes on as a broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, TypeVar
+
+from odradek.broker.inter_broker_client import RequestBuilder
+from odradek.cluster import election
+from odradek.cluster.metadata import PartitionState, TopicMetadata
+from odradek.cluster.zookeeper.store import (
+    ControllerMovedError,
+    PartitionStateConflictError,
+    SessionEvent,
+    ZkWatch,
+    ZooKeeperMetadataStore,
+)
+from odradek.cluster.zookeeper.znodes import BrokerRegistration
+from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.exceptions import KafkaError
+from odradek.protocol.message import Message
+from odradek.protocol.messages import (
+    leader_and_isr_request as lai,
+)
+from odradek.protocol.messages import (
+    stop_replica_request as sr,
+)
+from odradek.protocol.messages import (
+    update_metadata_request as um,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+TopicPartition = tuple[str, int]
+
+NO_LEADER = -1
+LEADER_DURING_DELETE = -2  # UpdateMetadata: the partition's topic is being deleted
+# Kafka's SecurityProtocol ids, as UpdateMetadata carries them.
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+
+
+class ControllerChannel(Protocol):
+    """How the controller reaches the brokers (odradek/broker/controller_channel.py):
+    requests to one broker go out in the order they were queued, and are retried until
+    they are answered or the broker leaves."""
+
+    def update_brokers(self, endpoints: Mapping[int, tuple[str, int]]) -> None: ...
+
+    def send(self, broker_id: int, request: Message | RequestBuilder,
+             callback: Callable[[Message], None] | None = None) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class IsrChange:
+    """One partition of an AlterPartition request."""
+
+    topic: str
+    partition: int
+    leader_epoch: int
+    new_isr: list[int]
+    partition_epoch: int
+    leader_recovery_state: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class IsrChangeResult:
+    error_code: int
+    state: PartitionState | None = None
+
+
+class NotControllerError(Exception):
+    """This broker is not the active controller."""
+
+
+class BrokerNotAvailableError(KafkaError):
+    error_code = ErrorCode.BROKER_NOT_AVAILABLE
+
+
+class KafkaController:
+    def __init__(self, node_id: int, store: ZooKeeperMetadataStore, channel: ControllerChannel,
+                 *, inter_broker_listener: str,
+                 unclean_leader_election: Callable[[Mapping[str, str]], bool] = (
+                     lambda configs: False),
+                 on_activation: Callable[[bool], None] | None = None) -> None:
+        self.node_id = node_id
+        self.store = store
+        self.channel = channel
+        self.inter_broker_listener = inter_broker_listener
+        self.unclean_leader_election = unclean_leader_election
+        self.on_activation = on_activation
+        self.epoch: int | None = None  # set while active
+        self.live: dict[int, BrokerRegistration] = {}
+        self.topics: dict[str, TopicMetadata] = {}
+        self.shutting_down: set[int] = set()
+        self._watches: list[ZkWatch] = []
+        self._queue: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._controller_watch: ZkWatch | None = None
+
+    @property
+    def is_active(self) -> bool:
+        return self.epoch is not None
+
+    # ---- life cycle -------------------------------------------------------------------
+
+    async def startup(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._worker = self._loop.create_task(self._process_events(), name="controller")
+        self.store.add_session_listener(self._on_session_event)
+        self._controller_watch = await self._zk(
+            self.store.watch_controller,
+            lambda controller_id: self._post(lambda: self._on_controller_change(controller_id)))
+
+    async def shutdown(self) -> None:
+        if self._controller_watch is not None:
+            self._controller_watch.cancel()
+        self.store.remove_session_listener(self._on_session_event)
+        done = asyncio.get_running_loop().create_future()
+
+        async def stop() -> None:
+            await self._resign(delete_znode=True)
+            done.set_result(None)
+
+        self._post(stop)
+        try:
+            await asyncio.wait_for(done, 10)
+        except TimeoutError:
+            log.warning("the controller did not resign in time")
+        if self._worker is not None:
+            self._worker.cancel()
+
+    # ---- the event queue --------------------------------------------------------------
+
+    def _post(self, event: Callable[[], Awaitable[None]]) -> None:
+        """Queues an event; callable from any thread."""
+        assert self._loop is not None
+        with contextlib.suppress(RuntimeError):  # the loop closed: the broker stopped
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+
+    async def _process_events(self) -> None:
+        while True:
+            event = await self._queue.get()
+            try:
+                await event()
+            except ControllerMovedError as e:
+                log.warning("controller %d: %s; resigning", self.node_id, e)
+                await self._resign()
+            except Exception:
+                log.exception("controller %d: an event failed", self.node_id)
+
+    async def _zk(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.to_thread(fn, *args)
+
+    async def _call(self, event: Callable[[], Awaitable[T]]) -> T:
+        """Runs `event` in the queue and returns its result (the requests from brokers)."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+        async def run() -> None:
+            try:
+                future.set_result(await event())
+            except BaseException as e:
+                future.set_exception(e)
+                if isinstance(e, ControllerMovedError):
+                    raise
+
+        self._post(run)
+        return await future
+
+    def _on_session_event(self, event: SessionEvent) -> None:
+        if event is SessionEvent.EXPIRED:
+            self._post(self._resign)
+        elif event is SessionEvent.NEW_SESSION:
+            self._post(self._elect)
+
+    # ---- election ---------------------------------------------------------------------
+
+    async def _on_controller_change(self, controller_id: int | None) -> None:
+        if controller_id is None:
+            await self._elect()
+        elif controller_id != self.node_id and self.is_active:
+            log.warning("controller %d: broker %d is the controller now", self.node_id,
+                        controller_id)
+            await self._resign()
+
+    async def _elect(self) -> None:
+        if self.is_active:
+            return
+        epoch = await self._zk(self.store.try_elect_controller)
+        if epoch is None:
+            return
+        self.epoch = epoch
+        try:
+            await self._on_controller_failover()
+        except Exception:
+            await self._resign()
+            raise
+        if self.on_activation is not None:
+            self.on_activation(True)
+
+    async def _resign(self, delete_znode: bool = False) -> None:
+        was_active = self.is_active
+        for watch in self._watches:
+            watch.cancel()
+        self._watches = []
+        self.epoch = None
+        self.live = {}
+        self.topics = {}
+        self.shutting_down = set()
+        if was_active:
+            log.info("controller %d resigned", self.node_id)
+            if delete_znode:
+                await self._zk(self.store.resign_controller)
+            if self.on_activation is not None:
+                self.on_activation(False)
+
+    async def _on_controller_failover(self) -> None:
+        """Kafka's onControllerFailover: read the cluster's state, make every partition
+        have a live leader where one may lead, and tell every broker."""
+        log.info("controller %d: taking over with epoch %s", self.node_id, self.epoch)
+        self.live = await self._zk(self.store.live_brokers)
+        self.channel.update_brokers(self._endpoints())
+        self.topics = await self._zk(self.store.topics)
+        self._watches.append(await self._zk(
+            self.store.watch_brokers,
+            lambda ids: self._post(lambda: self._on_broker_change(ids))))
+        self._watches.append(await self._zk(
+            self.store.watch_topics,
+            lambda names: self._post(lambda: self._on_topic_change(names))))
+        changed = await self._elect_leaders(self._all_partitions())
+        del changed  # every broker gets everything below
+        self._send_update_metadata(self.live, self._all_partitions())
+        self._send_leader_and_isr(self._all_partitions(), self.live)
+        log.info("controller %d: %d live brokers %s, %d topics", self.node_id, len(self.live),
+                 sorted(self.live), len(self.topics))
+
+    # ---- brokers ----------------------------------------------------------------------
+
+    async def _on_broker_change(self, ids: set[int]) -> None:
+        if not self.is_active:
+            return
+        registrations = await self._zk(self.store.live_brokers)
+        # A broker that restarted within its old session's timeout has a new registration.
+        bounced = {i for i in ids & set(self.live)
+                   if i in registrations and registrations[i] != self.live[i]}
+        dead = (set(self.live) - set(registrations)) | bounced
+        new = (set(registrations) - set(self.live)) | bounced
+        if not dead and not new:
+            return
+        if dead:
+            log.info("controller %d: brokers %s are gone", self.node_id, sorted(dead))
+            for broker_id in dead:
+                self.live.pop(broker_id, None)
+                self.shutting_down.discard(broker_id)
+            self.channel.update_brokers(self._endpoints())
+            await self._on_brokers_failure(dead)
+        if new:
+            log.info("controller %d: brokers %s joined", self.node_id, sorted(new))
+            for broker_id in new:
+                self.live[broker_id] = registrations[broker_id]
+            self.channel.update_brokers(self._endpoints())
+            await self._on_brokers_startup(new)
+
+    async def _on_brokers_failure(self, dead: set[int]) -> None:
+        """Leaders on dead brokers are replaced; dead followers leave the ISR (the last
+        replica in it stays, so that it can lead cleanly when it comes back)."""
+        affected = [tp for tp, s in self._partition_states()
+                    if s.leader in dead or any(b in dead for b in s.isr)]
+        changed = await self._elect_leaders(affected, removed=dead)
+        self._send_update_metadata(self.live, self._all_partitions())
+        self._send_leader_and_isr(changed, self.live)
+
+    async def _on_brokers_startup(self, new: set[int]) -> None:
+        """New brokers learn everything, then follow or lead their replicas; partitions
+        without a leader may have one now."""
+        others = {i: r for i, r in self.live.items() if i not in new}
+        self._send_update_metadata(self.live, self._all_partitions())
+        offline = [tp for tp, s in self._partition_states() if s.leader not in self.live]
+        changed = await self._elect_leaders(offline)
+        self._send_leader_and_isr(
+            [tp for tp, s in self._partition_states() if any(r in new for r in s.replicas)],
+            {i: self.live[i] for i in new})
+        if changed:
+            self._send_leader_and_isr(changed, others)
+            self._send_update_metadata(self.live, changed)
+
+    # ---- topics -----------------------------------------------------------------------
+
+    async def _on_topic_change(self, names: set[str]) -> None:
+        if not self.is_active:
+            return
+        created = sorted(names - set(self.topics))
+        deleted = sorted(set(self.topics) - names)
+        for name in deleted:
+            await self._on_topic_deletion(name)
+        if not created:
+            return
+        for name in created:
+            topic = await self._zk(self.store.topic, name)
+            if topic is not None:
+                self.topics[name] = topic
+        partitions = [(n, p) for n in created if n in self.topics
+                      for p in sorted(self.topics[n].partitions)]
+        await self._elect_leaders(partitions)
+        log.info("controller %d: new topics %s", self.node_id, created)
+        self._send_update_metadata(self.live, partitions)
+        self._send_leader_and_isr(partitions, self.live)
+
+    async def _on_topic_deletion(self, name: str) -> None:
+        topic = self.topics.pop(name)
+        log.info("controller %d: topic %s was deleted", self.node_id, name)
+        for broker_id in self.live:
+            replicas = [p for p, s in sorted(topic.partitions.items()) if broker_id in s.replicas]
+            if replicas:
+                self.channel.send(broker_id, sr.StopReplicaRequest(
+                    controller_id=self.node_id, controller_epoch=self._epoch(),
+                    delete_partitions=True,
+                    ungrouped_partitions=[sr.StopReplicaPartitionV0(
+                        topic_name=name, partition_index=p) for p in replicas],
+                    topics=[sr.StopReplicaTopicV1(name=name, partition_indexes=replicas)],
+                    topic_states=[sr.StopReplicaTopicState(
+                        topic_name=name, partition_states=[sr.StopReplicaPartitionState(
+                            partition_index=p, leader_epoch=-2, delete_partition=True)
+                            for p in replicas])]))
+        deleting = TopicMetadata(name, topic.topic_id, {
+            p: replace(s, leader=LEADER_DURING_DELETE)
+            for p, s in topic.partitions.items()})
+        for broker_id in self.live:
+            self.channel.send(broker_id, self._update_metadata_request(
+                [(name, p, s) for p, s in sorted(deleting.partitions.items())], deleting))
+
+    # ---- elections --------------------------------------------------------------------
+
+    async def _elect_leaders(self, partitions: Iterable[TopicPartition],
+                             removed: Collection[int] = ()) -> list[TopicPartition]:
+        """Gives each partition a live leader if one may lead, creating the states of new
+        partitions, and takes `removed` brokers out of the ISR. Writes the states that
+        change (fenced); returns their partitions."""
+        live = set(self.live) - set(removed)
+        new_states: dict[TopicPartition, PartitionState] = {}
+        changes: dict[TopicPartition, PartitionState] = {}
+        for tp in partitions:
+            state = self.topics[tp[0]].partitions[tp[1]]
+            if state.partition_epoch < 0:  # written by an admin tool: no state znode yet
+                replicas = [r for r in state.replicas if r in live]
+                if replicas:
+                    new_states[tp] = replace(state, leader=replicas[0], leader_epoch=0,
+                                             isr=replicas)
+                continue
+            new = self._elect_leader(tp[0], state, live)
+            if new is not None:
+                changes[tp] = new
+        if new_states:
+            await self._zk(self.store.create_partition_states, new_states)
+            for (t, p), s in new_states.items():
+                self.topics[t].partitions[p] = s
+        await self._write_states(changes)
+        return sorted(new_states) + sorted(changes)
+
+    def _elect_leader(self, topic: str, state: PartitionState,
+                      live: set[int]) -> PartitionState | None:
+        """The partition's next state, None when it keeps this one."""
+        isr = list(state.isr)
+        leader = state.leader
+        if leader not in live:
+            result = election.offline_partition(
+                state.replicas, isr, live,
+                self.unclean_leader_election(self.topics[topic].configs))
+            if result.unclean:
+                log.warning("controller %d: unclean leader election for %s: broker %d leads "
+                            "without being in the ISR %s; acknowledged records may be lost",
+                            self.node_id, topic, result.leader, isr)
+            if result.leader is not None:
+                return replace(state, leader=result.leader, isr=result.isr,
+                               leader_epoch=state.leader_epoch + 1)
+            # No replica may lead: the partition is offline. The last ISR member stays in
+            # the ISR, so that it leads cleanly when it comes back (Kafka's rule).
+            if leader == NO_LEADER:
+                return None
+            live_isr = [b for b in isr if b in live]
+            return replace(state, leader=NO_LEADER, isr=live_isr or isr[-1:],
+                           leader_epoch=state.leader_epoch + 1)
+        shrunk = [b for b in isr if b in live]
+        if shrunk != isr and shrunk:
+            return replace(state, isr=shrunk, leader_epoch=state.leader_epoch + 1)
+        return None
+
+    async def _write_states(self, changes: dict[TopicPartition, PartitionState]) -> None:
+        if not changes:
+            return
+        try:
+            await self._zk(self.store.set_partition_states, changes)
+        except PartitionStateConflictError as e:
+            # Changed meanwhile (a leader's ISR change written by an older controller):
+            # read them again; the next event that touches them elects with fresh states.
+            log.warning("controller %d: %s", self.node_id, e)
+            for tp in e.conflicts:
+                changes.pop(tp, None)
+                fresh = await self._zk(self.store.topic, tp[0])
+                if fresh is not None and tp[1] in fresh.partitions:
+                    self.topics[tp[0]].partitions[tp[1]] = fresh.partitions[tp[1]]
+        for (t, p), s in changes.items():
+            self.topics[t].partitions[p] = s
+
+    # ---- requests from brokers --------------------------------------------------------
+
+    async def alter_partition(self, broker_id: int, changes: list[IsrChange]
+                              ) -> list[IsrChangeResult]:
+        """A leader's ISR changes (AlterPartition, KIP-497); NotControllerError when this
+        broker is not the controller."""
+        if not self.is_active:
+            raise NotControllerError()
+        return await self._call(lambda: self._alter_partition(broker_id, changes))
+
+    async def _alter_partition(self, broker_id: int, changes: list[IsrChange]
+                               ) -> list[IsrChangeResult]:
+        if not self.is_active:
+            raise NotControllerError()
+        results: list[IsrChangeResult] = []
+        writes: dict[TopicPartition, PartitionState] = {}
+        for change in changes:
+            topic = self.topics.get(change.topic)
+            state = topic.partitions.get(change.partition) if topic is not None else None
+            if state is None:
+                results.append(IsrChangeResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            elif state.leader != broker_id:
+                results.append(IsrChangeResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            elif change.leader_epoch != state.leader_epoch:
+                results.append(IsrChangeResult(ErrorCode.FENCED_LEADER_EPOCH))
+            elif change.partition_epoch != state.partition_epoch:
+                results.append(IsrChangeResult(ErrorCode.INVALID_UPDATE_VERSION))
+            elif (broker_id not in change.new_isr
+                  or any(b not in state.replicas or b not in self.live
+                         or (b in self.shutting_down and b not in state.isr)
+                         for b in change.new_isr)):
+                results.append(IsrChangeResult(ErrorCode.INELIGIBLE_REPLICA))
+            elif change.new_isr == state.isr:
+                results.append(IsrChangeResult(ErrorCode.NONE, state))
+            else:
+                writes[(change.topic, change.partition)] = replace(state,
+                                                                   isr=list(change.new_isr))
+                results.append(IsrChangeResult(ErrorCode.NONE))
+        await self._write_states(writes)
+        for i, change in enumerate(changes):
+            tp = (change.topic, change.partition)
+            if tp in writes:
+                state = self.topics[tp[0]].partitions[tp[1]]
+                ok = state.isr == writes[tp].isr
+                results[i] = IsrChangeResult(ErrorCode.NONE if ok
+                                             else ErrorCode.INVALID_UPDATE_VERSION,
+                                             state if ok else None)
+        if writes:
+            log.info("controller %d: ISR changes %s", self.node_id,
+                     {f"{t}-{p}": s.isr for (t, p), s in writes.items()})
+            self._send_update_metadata(self.live, list(writes))
+        return results
+
+    async def controlled_shutdown(self, broker_id: int) -> list[TopicPartition]:
+        """A broker is about to stop (ControlledShutdown): its leaderships move to other
+        in-sync replicas and it leaves every ISR, so that producers and consumers move on
+        before it goes. Returns the replicated partitions it still leads (no other replica
+        is in sync); NotControllerError when this broker is not the controller."""
+        if not self.is_active:
+            raise NotControllerError()
+        return await self._call(lambda: self._controlled_shutdown(broker_id))
+
+    async def _controlled_shutdown(self, broker_id: int) -> list[TopicPartition]:
+        if not self.is_active:
+            raise NotControllerError()
+        if broker_id not in self.live:
+            raise BrokerNotAvailableError(f"broker {broker_id} is not registered")
+        log.info("controller %d: broker %d is shutting down", self.node_id, broker_id)
+        self.shutting_down.add(broker_id)
+        changes: dict[TopicPartition, PartitionState] = {}
+        for tp, state in self._partition_states():
+            if len(state.replicas) < 2 or broker_id not in state.isr:
+                continue
+            if state.leader == broker_id:
+                result = election.controlled_shutdown(state.replicas, state.isr, self.live,
+                                                      self.shutting_down)
+                if result.leader is not None:
+                    changes[tp] = replace(state, leader=result.leader, isr=result.isr,
+                                          leader_epoch=state.leader_epoch + 1)
+            elif len(state.isr) > 1:
+                changes[tp] = replace(state, isr=[b for b in state.isr if b != broker_id],
+                                      leader_epoch=state.leader_epoch + 1)
+        await self._write_states(changes)  # leaves out what conflicted
+        written = sorted(changes)
+        self._send_update_metadata(self.live, written)
+        self._send_leader_and_isr(written, self.live)
+        return [tp for tp, s in self._partition_states()
+                if s.leader == broker_id and len(s.replicas) > 1]
+
+    # ---- requests to brokers ----------------------------------------------------------
+
+    def _epoch(self) -> int:
+        assert self.epoch is not None
+        return self.epoch
+
+    def _endpoints(self) -> dict[int, tuple[str, int]]:
+        endpoints = {}
+        for broker_id, registration in self.live.items():
+            endpoint = next((e for e in registration.endpoints
+                             if e.name == self.inter_broker_listener), None)
+            if endpoint is not None:
+                endpoints[broker_id] = (endpoint.host, endpoint.port)
+        return endpoints
+
+    def _all_partitions(self) -> list[TopicPartition]:
+        return [(t, p) for t, topic in sorted(self.topics.items())
+                for p in sorted(topic.partitions)]
+
+    def _partition_states(self) -> list[tuple[TopicPartition, PartitionState]]:
+        return [((t, p), s) for t, topic in sorted(self.topics.items())
+                for p, s in sorted(topic.partitions.items())]
+
+    def _send_leader_and_isr(self, partitions: Iterable[TopicPartition],
+                             brokers: Mapping[int, BrokerRegistration]) -> None:
+        """LeaderAndIsr to each of `brokers` for its replicas among `partitions`."""
+        partitions = list(partitions)
+        endpoints = self._endpoints()
+        for broker_id in brokers:
+            by_topic: dict[str, list[lai.LeaderAndIsrPartitionState]] = {}
+            leaders: set[int] = set()
+            for t, p in partitions:
+                topic = self.topics.get(t)
+                state = topic.partitions.get(p) if topic is not None else None
+                if state is None or broker_id not in state.replicas:
+                    continue
+                by_topic.setdefault(t, []).append(lai.LeaderAndIsrPartitionState(
+                    topic_name=t, partition_index=p, controller_epoch=state.controller_epoch,
+                    leader=state.leader, leader_epoch=state.leader_epoch, isr=list(state.isr),
+                    partition_epoch=state.partition_epoch, replicas=list(state.replicas),
+                    adding_replicas=list(state.adding_replicas),
+                    removing_replicas=list(state.removing_replicas),
+                    leader_recovery_state=state.leader_recovery_state))
+                if state.leader in endpoints:
+                    leaders.add(state.leader)
+            if not by_topic:
+                continue
+            request = lai.LeaderAndIsrRequest(
+                controller_id=self.node_id, controller_epoch=self._epoch(),
+                topic_states=[lai.LeaderAndIsrTopicState(
+                    topic_name=t, topic_id=self.topics[t].topic_id, partition_states=states)
+                    for t, states in by_topic.items()],
+                live_leaders=[lai.LeaderAndIsrLiveLeader(
+                    broker_id=b, host_name=endpoints[b][0], port=endpoints[b][1])
+                    for b in sorted(leaders)])
+            self.channel.send(broker_id, _grouped_from(ApiKey.LEADER_AND_ISR, 2, request))
+
+    def _send_update_metadata(self, brokers: Mapping[int, BrokerRegistration],
+                              partitions: Iterable[TopicPartition]) -> None:
+        states = [(t, p, self.topics[t].partitions[p]) for t, p in partitions
+                  if t in self.topics and p in self.topics[t].partitions]
+        for broker_id in brokers:
+            self.channel.send(broker_id, self._update_metadata_request(states))
+
+    def _update_metadata_request(self, states: list[tuple[str, int, PartitionState]],
+                                 topic: TopicMetadata | None = None) -> RequestBuilder:
+        by_topic: dict[str, list[um.UpdateMetadataPartitionState]] = {}
+        for t, p, s in states:
+            by_topic.setdefault(t, []).append(um.UpdateMetadataPartitionState(
+                topic_name=t, partition_index=p, controller_epoch=s.controller_epoch,
+                leader=s.leader, leader_epoch=s.leader_epoch, isr=list(s.isr),
+                zk_version=s.partition_epoch, replicas=list(s.replicas),
+                offline_replicas=[r for r in s.replicas if r not in self.live]))
+        topic_ids = {t: (topic.topic_id if topic is not None and topic.name == t
+                         else self.topics[t].topic_id) for t in by_topic}
+        return _grouped_from(ApiKey.UPDATE_METADATA, 5, um.UpdateMetadataRequest(
+            controller_id=self.node_id, controller_epoch=self._epoch(),
+            topic_states=[um.UpdateMetadataTopicState(
+                topic_name=t, topic_id=topic_ids[t], partition_states=ss)
+                for t, ss in by_topic.items()],
+            live_brokers=[um.UpdateMetadataBroker(
+                id=broker_id, rack=registration.rack, endpoints=[um.UpdateMetadataEndpoint(
+                    port=e.port, host=e.host, listener=e.name,
+                    security_protocol=SECURITY_PROTOCOL_IDS.get(e.security_protocol, 0))
+                    for e in registration.endpoints])
+                for broker_id, registration in sorted(self.live.items())]))
+
+
+def _grouped_from(api_key: int, version: int, request: Any) -> RequestBuilder:
+    """LeaderAndIsr (v2+) and UpdateMetadata (v5+) group partition states by topic; older
+    versions carry them in one ungrouped list. The version chosen decides which."""
+
+    def build(chosen: int) -> Message:
+        if chosen >= version:
+            return request
+        return replace(request, topic_states=[], ungrouped_partition_states=[
+            s for t in request.topic_states for s in t.partition_states])
+
+    return RequestBuilder(api_key, build)
