@@ -1,4 +1,5 @@
-"""AdminManager: the admin APIs: topics, partitions, configs, log dirs, records deletion.
+"""AdminManager: the admin APIs: topics, partitions, configs, log dirs, records deletion,
+leader elections.
 
 Topic changes go through the Controller (which keeps the metadata store and tells the
 ReplicaManager what to lead); topic configs are validated against Kafka's topic config
@@ -16,6 +17,7 @@ from typing import Any, cast
 from odradek.broker.config_manager import ConfigManager
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.cluster.controller import Controller, InvalidRequestError
+from odradek.cluster.kafka_controller import KafkaController, NotControllerError
 from odradek.cluster.topics import InvalidTopicError, is_internal
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
@@ -33,6 +35,8 @@ from odradek.protocol.messages import (
     delete_topics_response,
     describe_log_dirs_request,
     describe_log_dirs_response,
+    elect_leaders_request,
+    elect_leaders_response,
 )
 from odradek.protocol.primitives import ZERO_UUID
 from odradek.server.config import BrokerConfig
@@ -41,6 +45,7 @@ from odradek.server.network import RequestContext
 log = logging.getLogger(__name__)
 
 INVALID_OFFSET_LAG = -1  # DescribeLogDirs: a log no partition of this broker serves
+PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1  # ElectLeaders' election types (KIP-460)
 
 
 class TopicDeletionDisabledError(KafkaError):
@@ -49,10 +54,12 @@ class TopicDeletionDisabledError(KafkaError):
 
 class AdminManager:
     def __init__(self, config: BrokerConfig, controller: Controller,
-                 replica_manager: ReplicaManager) -> None:
+                 replica_manager: ReplicaManager,
+                 kafka_controller: KafkaController | None = None) -> None:
         self.configs = ConfigManager(config, controller)
         self.controller = controller
         self.replica_manager = replica_manager
+        self.kafka_controller = kafka_controller  # in a ZooKeeper cluster
 
     @property
     def config(self) -> BrokerConfig:
@@ -66,6 +73,7 @@ class AdminManager:
             ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
             ApiKey.DELETE_RECORDS: self.handle_delete_records,
             ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs,
+            ApiKey.ELECT_LEADERS: self.handle_elect_leaders,
             **self.configs.handlers(),
         }
 
@@ -252,3 +260,45 @@ class AdminManager:
                 result.usable_bytes = space.f_bavail * space.f_frsize
             results.append(result)
         return describe_log_dirs_response.DescribeLogDirsResponse(results=results)
+
+
+    # ---- ElectLeaders -----------------------------------------------------------------
+
+    async def handle_elect_leaders(self, request: Request, context: RequestContext) -> Message:
+        """Preferred (v0+) or unclean (v1+) leader elections, by the controller (admin
+        clients send them there; another broker answers NOT_CONTROLLER). On one node
+        each partition's only replica leads: no election is needed."""
+        body = cast(elect_leaders_request.ElectLeadersRequest, request.body)
+        response = elect_leaders_response
+        version = request.api_version
+        election_type = body.election_type if version >= 1 else PREFERRED_ELECTION
+        wanted = (None if body.topic_partitions is None
+                  else [(t.topic, p) for t in body.topic_partitions for p in t.partitions])
+        results: dict[tuple[str, int], tuple[int, str | None]]
+        if election_type not in (PREFERRED_ELECTION, UNCLEAN_ELECTION):
+            results = {tp: (ErrorCode.INVALID_REQUEST, f"unknown election type {election_type}")
+                       for tp in wanted or []}
+        elif self.kafka_controller is not None:
+            try:
+                results = await self.kafka_controller.elect_leaders(
+                    wanted, unclean=election_type == UNCLEAN_ELECTION)
+            except NotControllerError:
+                if version >= 1:
+                    return response.ElectLeadersResponse(error_code=ErrorCode.NOT_CONTROLLER)
+                results = {tp: (ErrorCode.NOT_CONTROLLER, None) for tp in wanted or []}
+        else:
+            topics = self.controller.topics
+            if wanted is None:
+                wanted = [(name, p) for name, t in topics.items() for p in t.partitions]
+            results = {
+                (t, p): ((ErrorCode.ELECTION_NOT_NEEDED, "the only replica leads")
+                         if t in topics and p in topics[t].partitions
+                         else (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None))
+                for t, p in wanted}
+        by_topic: dict[str, list[elect_leaders_response.PartitionResult]] = {}
+        for (topic, partition), (error, message) in sorted(results.items()):
+            by_topic.setdefault(topic, []).append(response.PartitionResult(
+                partition_id=partition, error_code=error, error_message=message))
+        return response.ElectLeadersResponse(replica_election_results=[
+            response.ReplicaElectionResult(topic=t, partition_result=ps)
+            for t, ps in by_topic.items()])

@@ -1,12 +1,17 @@
 """KafkaServer: one broker, its components started and stopped in order.
 
-Start: log dirs checked against meta.properties -> metadata store, and the dynamic broker
-configs kept there applied -> logs loaded (and recovered after a crash) -> the group
-coordinator starts -> the controller hands partitions to the ReplicaManager (the
-coordinator loads the __consumer_offsets partitions it now leads) -> listeners open.
-Stop (SIGTERM, SIGINT): the group coordinator answers waiting joins and syncs -> waiting
-fetches are released -> listeners close and in-flight requests finish -> logs flushed,
-checkpointed, clean-shutdown marker written.
+Start: metadata store (the embedded one, or a ZooKeeper session) -> log dirs checked
+against meta.properties, and the dynamic broker configs kept in the store applied -> logs
+loaded (and recovered after a crash) -> the group coordinator starts -> on one node, the
+controller hands partitions to the ReplicaManager (the coordinator loads the
+__consumer_offsets partitions it now leads) -> listeners open -> in a cluster, the broker
+registers in ZooKeeper and its KafkaController joins the election; the controller's
+LeaderAndIsr then says what to lead and follow.
+Stop (SIGTERM, SIGINT): in a cluster, a controlled shutdown first (leaderships move away
+while the listeners still serve) -> the group coordinator answers waiting joins and
+syncs -> fetchers stop, waiting fetches and produces are released, HWs checkpointed ->
+the controller resigns -> listeners close and in-flight requests finish -> the ZooKeeper
+session ends -> logs flushed, checkpointed, clean-shutdown marker written.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from odradek.cluster.embedded import EmbeddedMetadataStore
 from odradek.cluster.kafka_controller import KafkaController
 from odradek.cluster.metadata import MetadataStore
 from odradek.cluster.zk_topic_admin import ZkTopicAdmin
-from odradek.cluster.zookeeper.store import ZooKeeperMetadataStore
+from odradek.cluster.zookeeper.store import ZkWatch, ZooKeeperMetadataStore
 from odradek.cluster.zookeeper.znodes import BrokerEndpoint
 from odradek.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from odradek.coordinator.group.group_metadata_manager import GroupMetadataManager, OffsetConfig
@@ -67,6 +72,8 @@ class KafkaServer:
         self.kafka_controller: KafkaController | None = None
         self.alter_partition_manager: AlterPartitionManager | None = None
         self._periodic: asyncio.Task[None] | None = None
+        self._config_watch: ZkWatch | None = None
+        self._background: set[asyncio.Task[None]] = set()
         self.bound: list[BoundListener] = []
         self._stop = asyncio.Event()
 
@@ -129,7 +136,10 @@ class KafkaServer:
                     client_id=f"broker-{config.node_id}-controller")),
                 inter_broker_listener=config.inter_broker_listener_name,
                 unclean_leader_election=lambda configs: config.log_config.with_overrides(
-                    configs).unclean_leader_election_enable)
+                    configs).unclean_leader_election_enable,
+                auto_leader_rebalance=config.get("auto.leader.rebalance.enable"),
+                imbalance_check_interval_s=config.get("leader.imbalance.check.interval.seconds"),
+                imbalance_percentage=config.get("leader.imbalance.per.broker.percentage"))
             inter_broker = InterBrokerApis(config.node_id, zk_store, cache, self.replica_manager,
                                            self.kafka_controller)
             self.alter_partition_manager = AlterPartitionManager(
@@ -141,7 +151,7 @@ class KafkaServer:
         else:
             controller.startup(self.replica_manager)
             self._report_stray_logs(controller)
-        admin = AdminManager(config, controller, self.replica_manager)
+        admin = AdminManager(config, controller, self.replica_manager, self.kafka_controller)
         admin.configs.on_broker_config_change = self._broker_config_changed
         apis = KafkaApis(config, self.replica_manager, controller, admin,
                          ProducerIdManager(store), self.group_coordinator, cache, inter_broker)
@@ -161,6 +171,10 @@ class KafkaServer:
                 BrokerEndpoint(name, host, port, protocols[name])
                 for name, (host, port) in endpoints.items()], config.broker_rack)
             await self.kafka_controller.startup()
+            loop = asyncio.get_running_loop()
+            self._config_watch = await asyncio.to_thread(
+                zk_store.watch_config_changes,
+                lambda entities: loop.call_soon_threadsafe(self._config_changes, entities))
         else:
             cache.set_local_broker(Broker(config.node_id, endpoints, config.broker_rack))
         self._periodic = asyncio.get_running_loop().create_task(
@@ -226,6 +240,30 @@ class KafkaServer:
             return None
         return self.config.log_config.with_overrides(configs)
 
+    def _config_changes(self, entities: list[str]) -> None:
+        """Config changes another broker wrote to ZooKeeper (its change notifications):
+        a topic's overrides apply to this broker's replicas at once."""
+        for entity in entities:
+            kind, _, name = entity.partition("/")
+            if kind == "topics":
+                task = asyncio.get_running_loop().create_task(self._reload_topic_configs(name))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+
+    async def _reload_topic_configs(self, name: str) -> None:
+        assert self.zk_store is not None and self.metadata_cache is not None
+        assert self.replica_manager is not None
+        topic = await asyncio.to_thread(self.zk_store.topic, name)
+        if topic is None:
+            return
+        configs = self.metadata_cache.topic_configs.setdefault(name, {})
+        configs.clear()  # in place: the cache's TopicMetadata shares this dict
+        configs.update(topic.configs)
+        known = self.metadata_cache.topics.get(name)
+        if known is not None:
+            self.replica_manager.topic_config_changed(known)
+        log.info("topic %s configs changed: %s", name, topic.configs)
+
     def _broker_config_changed(self, config: BrokerConfig) -> None:
         # Dynamic broker configs: the topic defaults apply at once; the other dynamic
         # settings (log.cleaner.threads, producer.id.expiration.ms) at the next start.
@@ -264,6 +302,8 @@ class KafkaServer:
             await self.kafka_controller.shutdown()
         if self.socket_server is not None:
             await self.socket_server.stop()
+        if self._config_watch is not None:
+            self._config_watch.cancel()
         if self.zk_store is not None:
             # The session ends: the controller sees this broker leave at once.
             await asyncio.to_thread(self.zk_store.close)

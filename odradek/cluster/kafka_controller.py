@@ -101,8 +101,15 @@ class KafkaController:
                  *, inter_broker_listener: str,
                  unclean_leader_election: Callable[[Mapping[str, str]], bool] = (
                      lambda configs: False),
-                 on_activation: Callable[[bool], None] | None = None) -> None:
+                 on_activation: Callable[[bool], None] | None = None,
+                 auto_leader_rebalance: bool = True,
+                 imbalance_check_interval_s: float = 300,
+                 imbalance_percentage: int = 10) -> None:
         self.node_id = node_id
+        self.auto_leader_rebalance = auto_leader_rebalance
+        self.imbalance_check_interval_s = imbalance_check_interval_s
+        self.imbalance_percentage = imbalance_percentage
+        self._rebalancer: asyncio.Task[None] | None = None
         self.store = store
         self.channel = channel
         self.inter_broker_listener = inter_broker_listener
@@ -113,6 +120,7 @@ class KafkaController:
         self.topics: dict[str, TopicMetadata] = {}
         self.shutting_down: set[int] = set()
         self._watches: list[ZkWatch] = []
+        self._topic_watches: dict[str, ZkWatch] = {}
         self._queue: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._worker: asyncio.Task[None] | None = None
@@ -215,14 +223,21 @@ class KafkaController:
         except Exception:
             await self._resign()
             raise
+        if self.auto_leader_rebalance:
+            self._rebalancer = asyncio.get_running_loop().create_task(
+                self._rebalance_leaders_periodically(), name="controller-leader-rebalance")
         if self.on_activation is not None:
             self.on_activation(True)
 
     async def _resign(self, delete_znode: bool = False) -> None:
         was_active = self.is_active
-        for watch in self._watches:
+        for watch in [*self._watches, *self._topic_watches.values()]:
             watch.cancel()
         self._watches = []
+        self._topic_watches = {}
+        if self._rebalancer is not None:
+            self._rebalancer.cancel()
+            self._rebalancer = None
         self.epoch = None
         self.live = {}
         self.topics = {}
@@ -241,6 +256,8 @@ class KafkaController:
         self.live = await self._zk(self.store.live_brokers)
         self.channel.update_brokers(self._endpoints())
         self.topics = await self._zk(self.store.topics)
+        for name in self.topics:
+            await self._watch_partitions(name)
         self._watches.append(await self._zk(
             self.store.watch_brokers,
             lambda ids: self._post(lambda: self._on_broker_change(ids))))
@@ -319,6 +336,7 @@ class KafkaController:
             topic = await self._zk(self.store.topic, name)
             if topic is not None:
                 self.topics[name] = topic
+                await self._watch_partitions(name)
         partitions = [(n, p) for n in created if n in self.topics
                       for p in sorted(self.topics[n].partitions)]
         await self._elect_leaders(partitions)
@@ -326,22 +344,42 @@ class KafkaController:
         self._send_update_metadata(self.live, partitions)
         self._send_leader_and_isr(partitions, self.live)
 
+    async def _watch_partitions(self, name: str) -> None:
+        """Kafka's partition modification watch: CreatePartitions on any broker adds
+        partitions to the topic's assignment."""
+        def changed(partitions: set[int] | None) -> None:
+            if partitions is not None:
+                self._post(lambda: self._on_partitions_added(name, partitions))
+
+        self._topic_watches[name] = await self._zk(self.store.watch_topic_partitions, name,
+                                                   changed)
+
+    async def _on_partitions_added(self, name: str, partitions: set[int]) -> None:
+        known = self.topics.get(name)
+        if not self.is_active or known is None or partitions <= set(known.partitions):
+            return
+        topic = await self._zk(self.store.topic, name)
+        if topic is None:
+            return
+        added = sorted((name, p) for p in set(topic.partitions) - set(known.partitions))
+        for _, p in added:
+            known.partitions[p] = topic.partitions[p]
+        await self._elect_leaders(added)
+        log.info("controller %d: partitions added to %s: %s", self.node_id, name,
+                 [p for _, p in added])
+        self._send_update_metadata(self.live, [(name, p) for p in sorted(known.partitions)])
+        self._send_leader_and_isr(added, self.live)
+
     async def _on_topic_deletion(self, name: str) -> None:
         topic = self.topics.pop(name)
+        watch = self._topic_watches.pop(name, None)
+        if watch is not None:
+            watch.cancel()
         log.info("controller %d: topic %s was deleted", self.node_id, name)
         for broker_id in self.live:
             replicas = [p for p, s in sorted(topic.partitions.items()) if broker_id in s.replicas]
             if replicas:
-                self.channel.send(broker_id, sr.StopReplicaRequest(
-                    controller_id=self.node_id, controller_epoch=self._epoch(),
-                    delete_partitions=True,
-                    ungrouped_partitions=[sr.StopReplicaPartitionV0(
-                        topic_name=name, partition_index=p) for p in replicas],
-                    topics=[sr.StopReplicaTopicV1(name=name, partition_indexes=replicas)],
-                    topic_states=[sr.StopReplicaTopicState(
-                        topic_name=name, partition_states=[sr.StopReplicaPartitionState(
-                            partition_index=p, leader_epoch=-2, delete_partition=True)
-                            for p in replicas])]))
+                self.channel.send(broker_id, self._stop_replica_deleting(name, replicas))
         deleting = TopicMetadata(name, topic.topic_id, {
             p: replace(s, leader=LEADER_DURING_DELETE)
             for p, s in topic.partitions.items()})
@@ -475,6 +513,89 @@ class KafkaController:
             self._send_update_metadata(self.live, list(writes))
         return results
 
+    async def elect_leaders(self, partitions: list[TopicPartition] | None, unclean: bool
+                            ) -> dict[TopicPartition, tuple[int, str | None]]:
+        """ElectLeaders (KIP-460): the preferred replica (the first) for each partition, or
+        with `unclean` any live replica for partitions without a leader; None: every
+        partition. Per partition (error, message)."""
+        if not self.is_active:
+            raise NotControllerError()
+        return await self._call(lambda: self._elect_requested(partitions, unclean))
+
+    async def _elect_requested(self, partitions: list[TopicPartition] | None, unclean: bool
+                               ) -> dict[TopicPartition, tuple[int, str | None]]:
+        if not self.is_active:
+            raise NotControllerError()
+        live = set(self.live) - self.shutting_down
+        results: dict[TopicPartition, tuple[int, str | None]] = {}
+        changes: dict[TopicPartition, PartitionState] = {}
+        for tp in self._all_partitions() if partitions is None else partitions:
+            topic = self.topics.get(tp[0])
+            state = topic.partitions.get(tp[1]) if topic is not None else None
+            if state is None:
+                results[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+                continue
+            if unclean:
+                if state.leader in live:
+                    results[tp] = (ErrorCode.ELECTION_NOT_NEEDED, "the partition has a leader")
+                    continue
+                result = election.offline_partition(state.replicas, state.isr, live, True)
+                error = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+            else:
+                if state.replicas and state.leader == state.replicas[0]:
+                    results[tp] = (ErrorCode.ELECTION_NOT_NEEDED,
+                                   "the preferred replica leads already")
+                    continue
+                result = election.preferred_replica(state.replicas, state.isr, live)
+                error = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+            if result.leader is None:
+                results[tp] = (error, f"no replica of {tp[0]}-{tp[1]} may lead: replicas "
+                               f"{state.replicas}, ISR {state.isr}, live {sorted(live)}")
+                continue
+            if result.unclean:
+                log.warning("controller %d: unclean leader election for %s-%d: broker %d "
+                            "leads without being in the ISR %s; acknowledged records may "
+                            "be lost", self.node_id, tp[0], tp[1], result.leader, state.isr)
+            changes[tp] = replace(state, leader=result.leader, isr=result.isr,
+                                  leader_epoch=state.leader_epoch + 1)
+        await self._write_states(changes)  # leaves out what conflicted
+        for tp in changes:
+            results[tp] = (ErrorCode.NONE, None)
+        for tp in set(results) ^ set(self._all_partitions() if partitions is None
+                                     else partitions):
+            results[tp] = (ErrorCode.UNKNOWN_SERVER_ERROR, "the partition changed meanwhile")
+        written = sorted(changes)
+        if written:
+            log.info("controller %d: elected leaders %s", self.node_id,
+                     {f"{t}-{p}": self.topics[t].partitions[p].leader for t, p in written})
+            self._send_update_metadata(self.live, written)
+            self._send_leader_and_isr(written, self.live)
+        return results
+
+    async def _check_leader_imbalance(self) -> None:
+        """auto.leader.rebalance.enable: a broker leading too few of the partitions whose
+        preferred replica it is (more than leader.imbalance.per.broker.percentage not led
+        by it) gets them back, where it is alive and in sync."""
+        if not self.is_active:
+            return
+        states = self._partition_states()
+        to_elect: list[TopicPartition] = []
+        for broker_id in set(self.live) - self.shutting_down:
+            preferred = [(tp, s) for tp, s in states if s.replicas and s.replicas[0] == broker_id]
+            elsewhere = [tp for tp, s in preferred if s.leader != broker_id]
+            if preferred and len(elsewhere) / len(preferred) * 100 > self.imbalance_percentage:
+                to_elect.extend(tp for tp in elsewhere
+                                if broker_id in self.topics[tp[0]].partitions[tp[1]].isr)
+        if to_elect:
+            log.info("controller %d: leader imbalance: preferred replicas lead %s again",
+                     self.node_id, [f"{t}-{p}" for t, p in sorted(to_elect)])
+            await self._elect_requested(sorted(to_elect), unclean=False)
+
+    async def _rebalance_leaders_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.imbalance_check_interval_s)
+            self._post(self._check_leader_imbalance)
+
     async def controlled_shutdown(self, broker_id: int) -> list[TopicPartition]:
         """A broker is about to stop (ControlledShutdown): its leaderships move to other
         in-sync replicas and it leaves every ISR, so that producers and consumers move on
@@ -567,6 +688,31 @@ class KafkaController:
                     broker_id=b, host_name=endpoints[b][0], port=endpoints[b][1])
                     for b in sorted(leaders)])
             self.channel.send(broker_id, _grouped_from(ApiKey.LEADER_AND_ISR, 2, request))
+
+    def _stop_replica_deleting(self, topic: str, partitions: list[int]) -> RequestBuilder:
+        """StopReplica with delete, in the layout of the version chosen: partitions
+        ungrouped (v0), grouped by topic (v1-v2), with per-partition states (v3+)."""
+        controller_epoch = self._epoch()
+
+        def build(version: int) -> Message:
+            request = sr.StopReplicaRequest(controller_id=self.node_id,
+                                            controller_epoch=controller_epoch)
+            if version >= 3:
+                request.topic_states = [sr.StopReplicaTopicState(
+                    topic_name=topic, partition_states=[sr.StopReplicaPartitionState(
+                        partition_index=p, leader_epoch=LEADER_DURING_DELETE,
+                        delete_partition=True) for p in partitions])]
+            else:
+                request.delete_partitions = True
+                if version >= 1:
+                    request.topics = [sr.StopReplicaTopicV1(name=topic,
+                                                            partition_indexes=partitions)]
+                else:
+                    request.ungrouped_partitions = [sr.StopReplicaPartitionV0(
+                        topic_name=topic, partition_index=p) for p in partitions]
+            return request
+
+        return RequestBuilder(ApiKey.STOP_REPLICA, build)
 
     def _send_update_metadata(self, brokers: Mapping[int, BrokerRegistration],
                               partitions: Iterable[TopicPartition]) -> None:

@@ -682,6 +682,40 @@ class ZooKeeperMetadataStore:
         deleted."""
         return self._watch_children(z.TOPICS, set, callback)
 
+    def watch_topic_partitions(self, name: str,
+                               callback: Callable[[set[int] | None], None]) -> ZkWatch:
+        """Calls `callback` with the partitions of the topic's assignment (None once it
+        is gone), now and when it changes: partitions added (Kafka's partition
+        modification watch)."""
+        def convert(data: bytes | None, stat: ZnodeStat | None) -> set[int] | None:
+            return None if data is None else set(z.decode_topic(data).replicas)
+
+        return self._watch_data(z.topic_path(name), convert, callback)
+
+    def watch_config_changes(self, callback: Callable[[list[str]], None]) -> ZkWatch:
+        """Calls `callback` with the entity paths ("topics/<name>", "brokers/<id>",
+        "brokers/<default>") of the config changes notified after the watch began, in
+        order (Kafka's ZkNodeChangeNotificationListener)."""
+        seen: set[str] | None = None
+
+        def convert(children: list[str]) -> list[str]:
+            nonlocal seen
+            if seen is None:  # what was changed before: read at start-up already
+                seen = set(children)
+                return []
+            new = sorted(c for c in children if c not in seen)
+            seen = set(children)
+            entities = []
+            for child in new:
+                try:
+                    data = self._wait(self.client.get_async(f"{z.CONFIG_CHANGES}/{child}"))[0]
+                except NoNodeError:
+                    continue
+                entities.append(z.decode_config_change(data))
+            return entities
+
+        return self._watch_children(z.CONFIG_CHANGES, convert, callback)
+
     def watch_topic_deletions(self, callback: Callable[[set[str]], None]) -> ZkWatch:
         """Calls `callback` with the topics marked for deletion, now and at each change."""
         return self._watch_children(z.DELETE_TOPICS, set, callback)
