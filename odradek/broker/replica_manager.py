@@ -359,11 +359,23 @@ class ReplicaManager:
         results = self.append_records(required_acks, entries)
         if required_acks != -1:
             return results
-        waiting: dict[TopicPartition, tuple[int, int]] = {}
-        for tp, result in results.items():
-            if result.error_code == ErrorCode.NONE:
-                partition = self.partitions[tp]
-                waiting[tp] = (result.last_offset + 1, partition.leader_epoch)
+        waiting = {tp: (r.last_offset + 1, self.partitions[tp].leader_epoch)
+                   for tp, r in results.items() if r.error_code == ErrorCode.NONE}
+        for tp, error in (await self.wait_for_isr(waiting, timeout_ms)).items():
+            if error:
+                results[tp] = ProducePartitionResult(
+                    error, error_message=f"the records were appended, but not by every "
+                    f"in-sync replica: {ErrorCode(error).name}")
+        return results
+
+    async def wait_for_isr(self, waiting: dict[TopicPartition, tuple[int, int]],
+                           timeout_ms: int) -> dict[TopicPartition, int]:
+        """Waits until the high watermark reaches each partition's (required offset,
+        leader epoch of the append), at most `timeout_ms`; per partition NONE or the
+        error (Kafka's DelayedProduce): REQUEST_TIMED_OUT, NOT_LEADER_OR_FOLLOWER (the
+        leadership moved), NOT_ENOUGH_REPLICAS_AFTER_APPEND."""
+        errors: dict[TopicPartition, int] = {}
+        waiting = dict(waiting)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         while waiting:
@@ -374,22 +386,14 @@ class ReplicaManager:
                                    required_offset, leader_epoch))
                 if done:
                     del waiting[tp]
-                    if error:
-                        results[tp] = ProducePartitionResult(
-                            error, error_message=f"{ErrorCode(error).name} while waiting for "
-                            "the in-sync replicas")
+                    errors[tp] = error
             remaining = deadline - loop.time()
-            if not waiting:
+            if waiting and (remaining <= 0 or self.shutting_down):
+                errors.update(dict.fromkeys(waiting, ErrorCode.REQUEST_TIMED_OUT))
                 break
-            if remaining <= 0 or self.shutting_down:
-                for tp in waiting:
-                    results[tp] = ProducePartitionResult(
-                        ErrorCode.REQUEST_TIMED_OUT,
-                        error_message="the in-sync replicas did not all get the records "
-                        f"within {timeout_ms} ms")
-                break
-            await self.produce_purgatory.wait(waiting, remaining)
-        return results
+            if waiting:
+                await self.produce_purgatory.wait(waiting, remaining)
+        return errors
 
     def append_records(self, required_acks: int,
                        entries: dict[TopicPartition, bytearray | memoryview | None]

@@ -457,3 +457,48 @@ def test_auto_leader_rebalance(tmp_path: Path, connect: str) -> None:
         for broker in c.brokers.values():
             broker.kill()
     assert "Traceback" not in c.logs(), c.logs()
+
+
+# ---- consumer groups --------------------------------------------------------------------------
+
+
+def test_committed_offsets_survive_the_coordinator(cluster: Cluster) -> None:
+    create_topic(cluster, "events", partitions=3)
+    produce(cluster.bootstrap, "events", 300)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "durable",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe(["events"])
+    read = 0
+    try:
+        def some_read() -> bool:
+            nonlocal read
+            read += len(consumer.consume(50, timeout=0.5))
+            return read >= 100
+
+        wait_until(some_read, what="100 records consumed")
+        committed = consumer.commit(asynchronous=False)
+        admin = cluster.admin()
+        group = admin.describe_consumer_groups(["durable"])["durable"].result(10)
+        coordinator = group.coordinator.id
+        cluster.kill(coordinator)  # at once: the commit must be on the other replicas
+    finally:
+        consumer.close()
+    expected = {(tp.partition, tp.offset) for tp in committed}
+    survivor = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "durable"})
+    try:
+        def recovered() -> bool:
+            try:
+                found = survivor.committed([TopicPartition("events", p) for p in range(3)],
+                                           timeout=5)
+            except Exception:  # the coordinator is moving
+                return False
+            last[:] = sorted((tp.partition, tp.offset, str(tp.error)) for tp in found)
+            return {(tp.partition, tp.offset) for tp in found} == expected
+
+        last: list[Any] = []
+        try:
+            wait_until(recovered, FAILOVER_BUDGET + WAIT, f"the commits {expected} read back")
+        except AssertionError:
+            raise AssertionError(f"{last}\n{cluster.logs()}") from None
+    finally:
+        survivor.close()

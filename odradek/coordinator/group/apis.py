@@ -249,7 +249,7 @@ class GroupApis:
         metadata = self.controller.topics.get(topic)
         return metadata is not None and partition in metadata.partitions
 
-    def handle_offset_commit(self, request: Request, context: RequestContext) -> Message:
+    async def handle_offset_commit(self, request: Request, context: RequestContext) -> Message:
         body = cast(offset_commit_request.OffsetCommitRequest, request.body)
         version = request.api_version
         now = self.coordinator.time.milliseconds()
@@ -276,6 +276,14 @@ class GroupApis:
                 body.group_id, body.member_id,
                 body.group_instance_id if version >= 7 else None,
                 body.generation_id_or_member_epoch, offsets))
+            # Answered once the whole ISR of the group's partition has the commits, so
+            # that they survive the coordinator (acks=all).
+            written = [tp for tp in offsets if errors.get(tp) == ErrorCode.NONE]
+            if written:
+                error = await self.coordinator.manager.wait_for_replication(
+                    body.group_id, self.config.get("offsets.commit.timeout.ms"))
+                if error:
+                    errors.update(dict.fromkeys(written, error))
         return offset_commit_response.OffsetCommitResponse(topics=[
             offset_commit_response.OffsetCommitResponseTopic(name=t.name, partitions=[
                 offset_commit_response.OffsetCommitResponsePartition(

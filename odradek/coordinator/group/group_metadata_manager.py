@@ -146,6 +146,9 @@ class GroupMetadataManager:
         # __consumer_offsets partitions this broker leads and has loaded, and those it is
         # loading.
         self.owned_partitions: set[int] = set()
+        # Per partition: (the end of the last append, its leader epoch), which commits wait
+        # to be replicated up to.
+        self.last_appended: dict[int, tuple[int, int]] = {}
         self.loading: dict[int, _PartitionLoad] = {}
         # Fixed once the topic exists: the coordinator sets it from the topic's metadata.
         self.partition_count = config.offsets_topic_num_partitions
@@ -215,7 +218,23 @@ class GroupMetadataManager:
             log.warning("appending %d records to %s-%d failed: %s", len(records),
                         GROUP_METADATA_TOPIC, partition,
                         result.error_message or ErrorCode(result.error_code).name)
+        else:
+            leader = self.replica_manager.get_partition(tp)
+            if leader is not None:
+                self.last_appended[partition] = (result.last_offset + 1, leader.leader_epoch)
         return result.error_code
+
+    async def wait_for_replication(self, group_id: str, timeout_ms: int) -> int:
+        """Waits until every in-sync replica of the group's partition has what was
+        appended to it so far (acks=all for the coordinator's writes); NONE or the error
+        the client is told."""
+        partition = self.partition_for(group_id)
+        appended = self.last_appended.get(partition)
+        if appended is None:
+            return ErrorCode.NONE
+        tp = (GROUP_METADATA_TOPIC, partition)
+        error = (await self.replica_manager.wait_for_isr({tp: appended}, timeout_ms))[tp]
+        return _STORE_OFFSETS_ERRORS.get(error, error)
 
     def store_group(self, group: GroupMetadata, assignment: dict[str, bytes]) -> int:
         """Writes the group's metadata with each member's assignment; NONE or the error
@@ -339,7 +358,7 @@ class GroupMetadataManager:
         if partition in self.loading or partition in self.owned_partitions:
             return
         leader = self.replica_manager.get_partition((GROUP_METADATA_TOPIC, partition))
-        if leader is not None and leader.high_watermark <= leader.log.log_start_offset:
+        if leader is not None and leader.log.log_end_offset <= leader.log.log_start_offset:
             # Nothing to read (e.g. the topic was just created): serve at once.
             self.load_group_and_offsets(partition, on_group_loaded)
             return
@@ -381,7 +400,9 @@ class GroupMetadataManager:
             del self.loading[load.partition]
             return True
         plog = partition.log
-        end = partition.high_watermark
+        # To the log end, as Kafka: a new leader's records above its high watermark are
+        # the ones its followers will take from it (it may not know the HW has passed them).
+        end = plog.log_end_offset
         load.next_offset = max(load.next_offset, plog.log_start_offset)
         if load.next_offset < end:
             try:
@@ -397,7 +418,7 @@ class GroupMetadataManager:
                 for record in decode_records(data, pos, header):
                     if record.offset >= start:
                         self._read_record(load, record.key, record.value, record.offset)
-            if load.next_offset == start:  # nothing readable below the high watermark
+            if load.next_offset == start:  # nothing readable below the log end
                 load.next_offset = end
             if load.next_offset < end:
                 return False
