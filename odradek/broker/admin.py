@@ -1,5 +1,5 @@
 """AdminManager: the admin APIs: topics, partitions, configs, log dirs, records deletion,
-leader elections.
+leader elections, partition reassignments.
 
 Topic changes go through the Controller (which keeps the metadata store and tells the
 ReplicaManager what to lead); topic configs are validated against Kafka's topic config
@@ -25,6 +25,8 @@ from odradek.protocol.exceptions import KafkaError
 from odradek.protocol.framing import Request
 from odradek.protocol.message import Message
 from odradek.protocol.messages import (
+    alter_partition_reassignments_request,
+    alter_partition_reassignments_response,
     create_partitions_request,
     create_partitions_response,
     create_topics_request,
@@ -37,6 +39,8 @@ from odradek.protocol.messages import (
     describe_log_dirs_response,
     elect_leaders_request,
     elect_leaders_response,
+    list_partition_reassignments_request,
+    list_partition_reassignments_response,
 )
 from odradek.protocol.primitives import ZERO_UUID
 from odradek.server.config import BrokerConfig
@@ -74,6 +78,8 @@ class AdminManager:
             ApiKey.DELETE_RECORDS: self.handle_delete_records,
             ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs,
             ApiKey.ELECT_LEADERS: self.handle_elect_leaders,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.handle_alter_partition_reassignments,
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: self.handle_list_partition_reassignments,
             **self.configs.handlers(),
         }
 
@@ -301,4 +307,67 @@ class AdminManager:
                 partition_id=partition, error_code=error, error_message=message))
         return response.ElectLeadersResponse(replica_election_results=[
             response.ReplicaElectionResult(topic=t, partition_result=ps)
+            for t, ps in by_topic.items()])
+
+    # ---- AlterPartitionReassignments, ListPartitionReassignments (KIP-455) ------------
+
+    async def handle_alter_partition_reassignments(self, request: Request,
+                                                   context: RequestContext) -> Message:
+        body = cast(alter_partition_reassignments_request.AlterPartitionReassignmentsRequest,
+                    request.body)
+        response = alter_partition_reassignments_response
+        targets = {(t.name, p.partition_index): p.replicas
+                   for t in body.topics for p in t.partitions}
+        results: dict[tuple[str, int], tuple[int, str | None]]
+        if self.kafka_controller is not None:
+            try:
+                results = await self.kafka_controller.alter_partition_reassignments(targets)
+            except NotControllerError:
+                return response.AlterPartitionReassignmentsResponse(
+                    error_code=ErrorCode.NOT_CONTROLLER)
+        else:  # one broker: its replicas can go nowhere else
+            topics = self.controller.topics
+            node = self.config.node_id
+            results = {}
+            for (topic, index), replicas in targets.items():
+                if topic not in topics or index not in topics[topic].partitions:
+                    results[(topic, index)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+                elif replicas is None:
+                    results[(topic, index)] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None)
+                elif replicas != [node]:
+                    results[(topic, index)] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                               f"only broker {node} exists")
+                else:
+                    results[(topic, index)] = (ErrorCode.NONE, None)
+        return response.AlterPartitionReassignmentsResponse(responses=[
+            response.ReassignableTopicResponse(name=t.name, partitions=[
+                response.ReassignablePartitionResponse(
+                    partition_index=p.partition_index,
+                    error_code=results[(t.name, p.partition_index)][0],
+                    error_message=results[(t.name, p.partition_index)][1])
+                for p in t.partitions])
+            for t in body.topics])
+
+    def handle_list_partition_reassignments(self, request: Request,
+                                            context: RequestContext) -> Message:
+        body = cast(list_partition_reassignments_request.ListPartitionReassignmentsRequest,
+                    request.body)
+        response = list_partition_reassignments_response
+        wanted = (None if body.topics is None
+                  else [(t.name, p) for t in body.topics for p in t.partition_indexes])
+        ongoing = {}
+        if self.kafka_controller is not None:
+            try:
+                ongoing = self.kafka_controller.list_partition_reassignments(wanted)
+            except NotControllerError:
+                return response.ListPartitionReassignmentsResponse(
+                    error_code=ErrorCode.NOT_CONTROLLER)
+        by_topic: dict[str, list[response.OngoingPartitionReassignment]] = {}
+        for (topic, index), state in sorted(ongoing.items()):
+            by_topic.setdefault(topic, []).append(response.OngoingPartitionReassignment(
+                partition_index=index, replicas=list(state.replicas),
+                adding_replicas=list(state.adding_replicas),
+                removing_replicas=list(state.removing_replicas)))
+        return response.ListPartitionReassignmentsResponse(topics=[
+            response.OngoingTopicReassignment(name=t, partitions=ps)
             for t, ps in by_topic.items()])

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -511,6 +512,8 @@ class KafkaController:
             log.info("controller %d: ISR changes %s", self.node_id,
                      {f"{t}-{p}": s.isr for (t, p), s in writes.items()})
             self._send_update_metadata(self.live, list(writes))
+            for tp in writes:  # a new replica caught up: its reassignment may be done
+                await self._maybe_complete_reassignment(tp)
         return results
 
     async def elect_leaders(self, partitions: list[TopicPartition] | None, unclean: bool
@@ -595,6 +598,136 @@ class KafkaController:
         while True:
             await asyncio.sleep(self.imbalance_check_interval_s)
             self._post(self._check_leader_imbalance)
+
+    # ---- partition reassignment (KIP-455) ----------------------------------------------
+
+    async def alter_partition_reassignments(
+        self, targets: dict[TopicPartition, list[int] | None],
+    ) -> dict[TopicPartition, tuple[int, str | None]]:
+        """AlterPartitionReassignments: moves each partition to its target replicas (None
+        cancels its reassignment). The new replicas are added first and copy the data; once
+        they are all in the ISR the old ones are dropped (their logs deleted) and, if the
+        leader is not among the targets, a target leads. Per partition (error, message)."""
+        if not self.is_active:
+            raise NotControllerError()
+        return await self._call(lambda: self._alter_reassignments(targets))
+
+    async def _alter_reassignments(self, targets: dict[TopicPartition, list[int] | None]
+                                   ) -> dict[TopicPartition, tuple[int, str | None]]:
+        if not self.is_active:
+            raise NotControllerError()
+        results: dict[TopicPartition, tuple[int, str | None]] = {}
+        for tp, target in targets.items():
+            topic = self.topics.get(tp[0])
+            state = topic.partitions.get(tp[1]) if topic is not None else None
+            if state is None:
+                results[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+                continue
+            original = [b for b in state.replicas if b not in state.adding_replicas]
+            if target is None:
+                if not state.adding_replicas and not state.removing_replicas:
+                    results[tp] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None)
+                    continue
+                target = original
+            else:
+                problem = self._invalid_assignment(target)
+                if problem:
+                    results[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
+                    continue
+            if target == state.replicas and not state.adding_replicas:
+                results[tp] = (ErrorCode.NONE, None)  # nothing to move
+                continue
+            adding = [b for b in target if b not in original]
+            removing = [b for b in original if b not in target]
+            replicas = target + removing
+            new = replace(state, replicas=replicas, adding_replicas=adding,
+                          removing_replicas=removing, leader_epoch=state.leader_epoch + 1,
+                          isr=[b for b in state.isr if b in replicas])
+            if new.leader not in replicas:  # cancelled: the leader was a new replica
+                result = election.reassignment(original, new.isr, set(self.live))
+                if result.leader is None:
+                    results[tp] = (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, None)
+                    continue
+                new.leader = result.leader
+            dropped = [b for b in state.replicas if b not in replicas]
+            if not await self._write_assignment(tp, new):
+                results[tp] = (ErrorCode.UNKNOWN_SERVER_ERROR, "the partition changed meanwhile")
+                continue
+            log.info("controller %d: reassigning %s-%d from %s to %s", self.node_id, tp[0],
+                     tp[1], original, target)
+            self._send_update_metadata(self.live, [tp])
+            self._send_leader_and_isr([tp], self.live)
+            self._stop_replicas(tp, dropped)
+            await self._maybe_complete_reassignment(tp)
+            results[tp] = (ErrorCode.NONE, None)
+        return results
+
+    def _invalid_assignment(self, replicas: list[int]) -> str | None:
+        if not replicas:
+            return "the replica list is empty"
+        if len(set(replicas)) != len(replicas):
+            return f"the replica list {replicas} has duplicates"
+        dead = [b for b in replicas if b not in self.live]
+        if dead:
+            return f"brokers {dead} are not alive"
+        return None
+
+    async def _maybe_complete_reassignment(self, tp: TopicPartition) -> None:
+        """Ends a reassignment once every target replica is in sync: the removed replicas
+        go (StopReplica with delete) and a target leads."""
+        topic = self.topics.get(tp[0])
+        state = topic.partitions.get(tp[1]) if topic is not None else None
+        if state is None or not (state.adding_replicas or state.removing_replicas):
+            return
+        target = [b for b in state.replicas if b not in state.removing_replicas]
+        if not all(b in state.isr for b in target):
+            return
+        leader = state.leader
+        if leader not in target or leader not in self.live:
+            result = election.reassignment(target, state.isr, set(self.live))
+            if result.leader is None:
+                return
+            leader = result.leader
+        new = replace(state, replicas=target, adding_replicas=[], removing_replicas=[],
+                      leader=leader, isr=[b for b in state.isr if b in target],
+                      leader_epoch=state.leader_epoch + 1)
+        if not await self._write_assignment(tp, new):
+            return
+        log.info("controller %d: reassignment of %s-%d to %s done", self.node_id, tp[0], tp[1],
+                 target)
+        self._send_update_metadata(self.live, [tp])
+        self._send_leader_and_isr([tp], self.live)
+        self._stop_replicas(tp, state.removing_replicas)
+
+    async def _write_assignment(self, tp: TopicPartition, state: PartitionState) -> bool:
+        """Writes a partition's replicas and state together; False on a conflict (the state
+        is read again)."""
+        topic = copy.deepcopy(self.topics[tp[0]])
+        topic.partitions[tp[1]] = state
+        try:
+            await self._zk(self.store.update_topic, topic)
+        except PartitionStateConflictError as e:
+            log.warning("controller %d: %s", self.node_id, e)
+            fresh = await self._zk(self.store.topic, tp[0])
+            if fresh is not None and tp[1] in fresh.partitions:
+                self.topics[tp[0]].partitions[tp[1]] = fresh.partitions[tp[1]]
+            return False
+        self.topics[tp[0]].partitions[tp[1]] = topic.partitions[tp[1]]
+        return True
+
+    def _stop_replicas(self, tp: TopicPartition, brokers: Iterable[int]) -> None:
+        for broker_id in brokers:
+            if broker_id in self.live:
+                self.channel.send(broker_id, self._stop_replica_deleting(tp[0], [tp[1]]))
+
+    def list_partition_reassignments(self, partitions: list[TopicPartition] | None
+                                     ) -> dict[TopicPartition, PartitionState]:
+        """The partitions being reassigned (all of them, or those of `partitions`)."""
+        if not self.is_active:
+            raise NotControllerError()
+        return {tp: s for tp, s in self._partition_states()
+                if (s.adding_replicas or s.removing_replicas)
+                and (partitions is None or tp in partitions)}
 
     async def controlled_shutdown(self, broker_id: int) -> list[TopicPartition]:
         """A broker is about to stop (ControlledShutdown): its leaderships move to other

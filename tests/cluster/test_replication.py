@@ -502,3 +502,40 @@ def test_committed_offsets_survive_the_coordinator(cluster: Cluster) -> None:
             raise AssertionError(f"{last}\n{cluster.logs()}") from None
     finally:
         survivor.close()
+
+
+# ---- partition reassignment (kafka-python's admin client has the APIs) ------------------------
+
+
+def test_reassignment_copies_data_to_new_replicas_before_dropping_old_ones(
+        cluster: Cluster) -> None:
+    from kafka import TopicPartition as KafkaTopicPartition
+    from kafka.admin import KafkaAdminClient
+
+    create_topic(cluster, "moving", partitions=1, rf=2)
+    acked = produce(cluster.bootstrap, "moving", 500)
+    leader, replicas, _ = cluster.partitions("moving")[0]
+    newcomer = next(b for b in cluster.brokers if b not in replicas)
+    target = [newcomer, leader]  # the old follower goes; the newcomer is preferred
+    dropped = next(b for b in replicas if b != leader)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        tp = KafkaTopicPartition("moving", 0)
+        assert admin.alter_partition_reassignments({tp: target}) == {tp: None}
+        wait_until(lambda: not admin.list_partition_reassignments(), WAIT,
+                   "the reassignment done")
+    finally:
+        admin.close()
+    def moved() -> bool:
+        _, replicas_now, isr = cluster.partitions("moving").get(0, (-1, [], []))
+        return replicas_now == target and sorted(isr) == sorted(target)
+
+    wait_until(moved, what=f"replicas and ISR {target}")
+    # The newcomer holds the leader's batches; the dropped replica's log is gone.
+    leader_now = cluster.partitions("moving")[0][0]
+    assert leader_now in target
+    wait_until(lambda: replica_batches(cluster, "moving", 0, newcomer)
+               == replica_batches(cluster, "moving", 0, leader_now), what="the newcomer's copy")
+    wait_until(lambda: not (cluster.brokers[dropped].data_dir / "moving-0").exists(),
+               what=f"broker {dropped}'s replica deleted")
+    assert consume_all(cluster.bootstrap, "moving", 500) == acked
