@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -18,6 +20,7 @@ from confluent_kafka.admin import (
     NewPartitions,
     NewTopic,
 )
+from support.broker import BrokerProcess
 from support.cluster import WAIT, Cluster, wait_until
 
 from odradek.cluster.zookeeper_server import ZooKeeperServer
@@ -539,3 +542,90 @@ def test_reassignment_copies_data_to_new_replicas_before_dropping_old_ones(
     wait_until(lambda: not (cluster.brokers[dropped].data_dir / "moving-0").exists(),
                what=f"broker {dropped}'s replica deleted")
     assert consume_all(cluster.bootstrap, "moving", 500) == acked
+
+
+# ---- a network partition: one broker in a network namespace of its own ----------------------
+
+
+class IsolatableHost:
+    """A network namespace joined to this one by a veth pair: a process run in it
+    (`prefix`) reaches this side at `outside` and is reached at `inside`; taking the link
+    down partitions it from everything, as a cut cable does (packets vanish, no resets)."""
+
+    def __init__(self) -> None:
+        tag = f"{os.getpid() % 10000}"
+        self.namespace = f"odr-ns-{tag}"
+        self.link = f"odr-v{tag}"
+        self.outside, self.inside = "10.77.0.1", "10.77.0.2"
+        self.prefix = ("ip", "netns", "exec", self.namespace)
+        self._ip("netns", "add", self.namespace)
+        try:
+            self._ip("link", "add", self.link, "type", "veth", "peer", "name", self.link + "p")
+            self._ip("link", "set", self.link + "p", "netns", self.namespace)
+            self._ip("addr", "add", f"{self.outside}/24", "dev", self.link)
+            self._ip("link", "set", self.link, "up")
+            for args in (("addr", "add", f"{self.inside}/24", "dev", self.link + "p"),
+                         ("link", "set", self.link + "p", "up"), ("link", "set", "lo", "up")):
+                self._ip("-n", self.namespace, *args)
+        except Exception:
+            self.close()
+            raise
+
+    @staticmethod
+    def _ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
+
+    def cut(self) -> None:
+        self._ip("link", "set", self.link, "down")
+
+    def heal(self) -> None:
+        self._ip("link", "set", self.link, "up")
+
+    def close(self) -> None:
+        subprocess.run(["ip", "link", "del", self.link], capture_output=True, timeout=10)
+        subprocess.run(["ip", "netns", "del", self.namespace], capture_output=True, timeout=10)
+
+
+@pytest.fixture
+def isolatable() -> Iterator[IsolatableHost]:
+    try:
+        host = IsolatableHost()
+    except (OSError, subprocess.CalledProcessError) as e:
+        pytest.fail(f"network namespaces are needed (run as root with iproute2): {e}")
+    yield host
+    host.close()
+
+
+def test_partitioned_leader_is_replaced_and_rejoins(tmp_path: Path,
+                                                    isolatable: IsolatableHost) -> None:
+    with ZooKeeperServer(tmp_path / "zookeeper", host=isolatable.outside) as zookeeper:
+        c = Cluster(tmp_path, f"{zookeeper.connect_string}/odradek", brokers=3,
+                    host=isolatable.outside)
+        isolated = c.brokers[3]
+        c.brokers[3] = BrokerProcess(isolated.data_dir, isolated.settings,
+                                     host=isolatable.inside, prefix=isolatable.prefix)
+        c.start()
+        try:
+            admin = c.admin()
+            admin.create_topics([NewTopic("load", 3, replica_assignment=[
+                [3, 1, 2], [1, 2, 3], [2, 3, 1]], config={"min.insync.replicas": "2"})]
+                                )["load"].result(30)
+            wait_until(lambda: full_isr(c, "load").keys() == {0, 1, 2}, what="load ready")
+            # In-flight requests to the cut-off leader time out rather than hang.
+            producer = SteadyProducer(c.bootstrap, "load", **{"request.timeout.ms": "3000"})
+            producer.start().wait_for_acks(2000)
+            isolatable.cut()
+            try:
+                wait_until(lambda: c.partitions("load", 1).get(0, (3,))[0] not in (3, -1),
+                           FAILOVER_BUDGET + WAIT, "a new leader of load-0")
+                producer.wait_for_acks(2000, timeout=FAILOVER_BUDGET + WAIT)
+            finally:
+                isolatable.heal()
+            wait_until(lambda: full_isr(c, "load"), 2 * WAIT,
+                       "the partitioned broker back in every ISR")
+            producer.stop()
+            check_no_acknowledged_write_lost(c, "load", producer)
+        finally:
+            for broker in c.brokers.values():
+                broker.kill()
+        assert "Traceback" not in c.logs(), c.logs()

@@ -21,23 +21,26 @@ _STARTED = re.compile(r"broker \d+ started")
 
 class BrokerProcess:
     def __init__(self, data_dir: Path, settings: dict[str, str] | None = None,
-                 port: int = 0, env: dict[str, str] | None = None) -> None:
+                 port: int = 0, env: dict[str, str] | None = None, *,
+                 host: str = "127.0.0.1", prefix: tuple[str, ...] = ()) -> None:
         self.data_dir = data_dir
         self.settings = dict(settings or {})
         self.env = dict(env or {})
         self.port = port
+        self.host = host
+        self.prefix = prefix  # e.g. ("ip", "netns", "exec", name): run it elsewhere
         self.process: subprocess.Popen[str] | None = None
         self.log_lines: list[str] = []
         self._started = threading.Event()
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 60) -> BrokerProcess:
-        settings = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+        settings = {"listeners": f"PLAINTEXT://{self.host}:{self.port}",
                     "log.dirs": str(self.data_dir), **self.settings}
-        argv = [sys.executable, "-m", "odradek", "serve"]
+        argv = [*self.prefix, sys.executable, "-m", "odradek", "serve"]
         for key, value in settings.items():
             argv += ["--set", f"{key}={value}"]
         self.log_lines = []

@@ -35,14 +35,15 @@ def wait_until(condition: Callable[[], Any], timeout: float = WAIT, what: str = 
 
 class Cluster:
     def __init__(self, directory: Path, zookeeper_connect: str, brokers: int = 3,
-                 settings: dict[str, str] | None = None) -> None:
+                 settings: dict[str, str] | None = None, host: str = "127.0.0.1") -> None:
         self.directory = directory
         self.zookeeper_connect = zookeeper_connect
         common = {"zookeeper.connect": zookeeper_connect,
                   "zookeeper.session.timeout.ms": "6000",
                   **(settings or {})}
         self.brokers: dict[int, BrokerProcess] = {
-            i: BrokerProcess(directory / f"broker-{i}", {**common, "broker.id": str(i)})
+            i: BrokerProcess(directory / f"broker-{i}", {**common, "broker.id": str(i)},
+                             host=host)
             for i in range(1, brokers + 1)}
 
     @property
