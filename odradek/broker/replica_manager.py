@@ -246,8 +246,8 @@ class ReplicaManager:
                 continue
             self._partition_changed(tp)
         if self.fetcher_manager is not None:
-            self.fetcher_manager.remove_partitions(not_fetching + list(to_follow))
-            self.fetcher_manager.add_partitions(to_follow)
+            self.fetcher_manager.remove_partitions(not_fetching)
+            self.fetcher_manager.add_partitions(to_follow)  # moves those whose leader moved
         for topic in led.keys() | resigned.keys():
             self._tell_listeners(topic, partition_counts.get(topic, 0), led.get(topic, []),
                                  resigned.get(topic, []))

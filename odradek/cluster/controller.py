@@ -60,6 +60,10 @@ class PartitionListener(Protocol):
 
 
 class Controller:
+    # One node: internal topics get at most one replica, whatever their replication
+    # factor says (a cluster waits until it has enough brokers instead).
+    single_node = True
+
     def __init__(self, node_id: int, store: MetadataStore) -> None:
         self.node_id = node_id
         self.store = store

@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 
 class ZkTopicAdmin(Controller):
+    single_node = False
+
     def __init__(self, node_id: int, store: ZooKeeperMetadataStore,
                  topics: dict[str, TopicMetadata], topics_by_id: dict[UUID, TopicMetadata],
                  brokers: Callable[[], Mapping[int, str | None]]) -> None:

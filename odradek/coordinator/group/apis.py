@@ -148,8 +148,15 @@ class GroupApis:
         if topic is not None:
             return topic
         offsets = self.coordinator.manager.config
-        replication_factor = min(offsets.offsets_topic_replication_factor,
-                                 len(self.controller.live_brokers))
+        replication_factor = offsets.offsets_topic_replication_factor
+        live = len(self.controller.live_brokers)
+        if self.controller.single_node:
+            replication_factor = min(replication_factor, live)
+        elif live < replication_factor:  # Kafka's rule: wait for the brokers to come
+            log.info("%d live brokers, fewer than offsets.topic.replication.factor=%d: %s is "
+                     "created once enough have joined", live, replication_factor,
+                     GROUP_METADATA_TOPIC)
+            return None
         configs = {"cleanup.policy": "compact",
                    "segment.bytes": str(offsets.offsets_topic_segment_bytes),
                    "compression.type": "producer"}
