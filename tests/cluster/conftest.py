@@ -1,15 +1,20 @@
 """A real ZooKeeper for the cluster tests: one private server for the whole session (a free
 loopback port, a temporary directory), and a chroot of its own for each test, so tests
-never see each other's znodes."""
+never see each other's znodes. Also a cluster of three broker processes in that chroot,
+and a network namespace to cut a broker off in."""
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from support.cluster import Cluster
+from support.netns import IsolatableHost
 from zk_helpers import WAIT, StoreFactory, TcpProxy
 
 from odradek.cluster.zookeeper import ZooKeeperMetadataStore
@@ -81,3 +86,29 @@ def proxy(zookeeper: ZooKeeperServer) -> Iterator[TcpProxy]:
     p = TcpProxy((zookeeper.host, zookeeper.port))
     yield p
     p.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, connect: str) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, connect, brokers=3)
+    try:
+        c.start()
+    except Exception:
+        c.stop()
+        print(c.logs())  # shown with the failure
+        raise
+    yield c
+    for broker in c.brokers.values():
+        broker.kill()
+    text = c.logs()
+    assert "Traceback" not in text, text
+
+
+@pytest.fixture
+def isolatable() -> Iterator[IsolatableHost]:
+    try:
+        host = IsolatableHost()
+    except (OSError, subprocess.CalledProcessError) as e:
+        pytest.fail(f"network namespaces are needed (run as root with iproute2): {e}")
+    yield host
+    host.close()
