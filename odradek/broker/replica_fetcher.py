@@ -484,7 +484,9 @@ class ReplicaFetcher:
             log.info("truncating %s to %d (log end %d): the leader's epoch %d ends at %d, "
                      "ours asked was %d", state.name, offset, partition.log_end_offset,
                      leader_epoch, end_offset, asked_epoch)
-            partition.truncate_to(offset)
+        # Always: at the log end it still drops epochs that wrote nothing (a leadership
+        # here that ended before its first append), so the next round asks the right one.
+        partition.truncate_to(offset)
         if not complete and (partition.log_end_offset, partition.latest_epoch) == (
                 log_end, asked_epoch):
             complete = True  # nothing changed: asking again would get the same answer

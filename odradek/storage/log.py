@@ -663,6 +663,9 @@ class Log:
         """Removes everything at and after `offset` (a follower diverging from its leader)."""
         with self._lock:
             if offset >= self.log_end_offset:
+                # As Kafka: an epoch that starts at the log end wrote nothing (this broker
+                # led briefly and appended nothing); it conflicts with the leader's.
+                self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
                 return
             if offset <= self._bases[0]:
                 self.truncate_fully_and_start_at(offset)
