@@ -20,13 +20,14 @@ import asyncio
 import logging
 import signal
 import socket
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from odradek.broker.admin import AdminManager
 from odradek.broker.alter_partition_manager import AlterPartitionManager
 from odradek.broker.apis import KafkaApis
-from odradek.broker.config_manager import load_dynamic_broker_configs
+from odradek.broker.config_manager import CLUSTER_DEFAULT_ENTITY, load_dynamic_broker_configs
 from odradek.broker.controller_channel import ControllerChannelManager
 from odradek.broker.inter_broker_apis import InterBrokerApis
 from odradek.broker.inter_broker_client import DisconnectedError, InterBrokerClient
@@ -74,6 +75,8 @@ class KafkaServer:
         self._periodic: asyncio.Task[None] | None = None
         self._config_watch: ZkWatch | None = None
         self._background: set[asyncio.Task[None]] = set()
+        self._static_config = config  # without the dynamic configs kept in the store
+        self.admin: AdminManager | None = None
         self.bound: list[BoundListener] = []
         self._stop = asyncio.Event()
 
@@ -91,6 +94,7 @@ class KafkaServer:
             store = EmbeddedMetadataStore(config.log_dirs[0])
         for log_dir in config.log_dirs:
             check_meta_properties(log_dir, config.node_id, store.cluster_id)
+        self._static_config = config
         config = self.config = load_dynamic_broker_configs(config, store)
         cache: MetadataCache
         controller: Controller
@@ -151,7 +155,8 @@ class KafkaServer:
         else:
             controller.startup(self.replica_manager)
             self._report_stray_logs(controller)
-        admin = AdminManager(config, controller, self.replica_manager, self.kafka_controller)
+        admin = self.admin = AdminManager(config, controller, self.replica_manager,
+                                          self.kafka_controller)
         admin.configs.on_broker_config_change = self._broker_config_changed
         apis = KafkaApis(config, self.replica_manager, controller, admin,
                          ProducerIdManager(store), self.group_coordinator, cache, inter_broker)
@@ -246,9 +251,27 @@ class KafkaServer:
         for entity in entities:
             kind, _, name = entity.partition("/")
             if kind == "topics":
-                task = asyncio.get_running_loop().create_task(self._reload_topic_configs(name))
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
+                self._in_background(self._reload_topic_configs(name))
+            elif kind == "brokers" and name in (CLUSTER_DEFAULT_ENTITY, str(self.config.node_id)):
+                self._in_background(self._reload_broker_configs())
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)  # referenced until done
+        task.add_done_callback(self._background.discard)
+
+    async def _reload_broker_configs(self) -> None:
+        """The cluster-wide or this broker's dynamic configs, changed through another
+        broker: applied as if changed here."""
+        assert self.zk_store is not None and self.admin is not None
+        config = await asyncio.to_thread(load_dynamic_broker_configs, self._static_config,
+                                         self.zk_store)
+        if config.dynamic != self.config.dynamic or (
+                config.dynamic_defaults != self.config.dynamic_defaults):
+            self.admin.configs.config = config
+            self._broker_config_changed(config)
+            log.info("dynamic broker configs changed: %s", {**config.dynamic_defaults,
+                                                             **config.dynamic})
 
     async def _reload_topic_configs(self, name: str) -> None:
         assert self.zk_store is not None and self.metadata_cache is not None

@@ -3,7 +3,9 @@ configs changed through any broker, leader elections, partition reassignment."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import ElectionType, KafkaError, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
@@ -16,6 +18,11 @@ from support.replication import (
     produce,
     replica_batches,
 )
+
+from odradek.broker.inter_broker_client import InterBrokerClient
+from odradek.protocol.messages import incremental_alter_configs_request as iac
+
+BROKER_RESOURCE = 4  # ConfigResource type
 
 
 def test_create_partitions_and_topic_configs_reach_every_broker(cluster: Cluster) -> None:
@@ -113,3 +120,30 @@ def test_reassignment_copies_data_to_new_replicas_before_dropping_old_ones(
     wait_until(lambda: not (cluster.brokers[dropped].data_dir / "moving-0").exists(),
                what=f"broker {dropped}'s replica deleted")
     assert consume_all(cluster.bootstrap, "moving", 500) == acked
+
+
+def test_cluster_wide_broker_configs_reach_every_broker(cluster: Cluster) -> None:
+    # As kafka-configs.sh --entity-default sends it (the clients here refuse the empty
+    # broker name of the cluster-wide entity): through broker 1 only.
+    async def set_default() -> Any:
+        host, port = cluster.brokers[1].bootstrap.split(":")
+        client = InterBrokerClient({1: (host, int(port))})
+        try:
+            return await client.send(1, iac.IncrementalAlterConfigsRequest(resources=[
+                iac.AlterConfigsResource(resource_type=BROKER_RESOURCE, resource_name="",
+                                         configs=[iac.AlterableConfig(
+                                             name="log.retention.ms", value="7200000")])]))
+        finally:
+            await client.close()
+
+    response = asyncio.run(set_default())
+    assert [r.error_code for r in response.responses] == [0]
+
+    def retention_on(broker_id: int) -> str:
+        other = cluster.admin(broker_id)  # kept alive until the answer
+        described = other.describe_configs([ConfigResource("broker", str(broker_id))])
+        return next(iter(described.values())).result(10)["log.retention.ms"].value
+
+    for broker_id in cluster.live():
+        wait_until(lambda b=broker_id: retention_on(b) == "7200000",
+                   what=f"broker {broker_id} seeing the cluster-wide log.retention.ms")
