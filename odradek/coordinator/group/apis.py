@@ -217,8 +217,14 @@ class GroupApis:
             {a.member_id: bytes(a.assignment) for a in body.assignments},
             _completer(future))
         result = await future
+        error = result.error
+        if error == ErrorCode.NONE:
+            # The assignment answers once the group's ISR has it, as offsets do: a new
+            # coordinator then knows this generation.
+            error = await self.coordinator.manager.wait_for_replication(
+                body.group_id, self.config.get("offsets.commit.timeout.ms"))
         response = sync_group_response.SyncGroupResponse(
-            error_code=result.error, assignment=result.assignment)
+            error_code=error, assignment=result.assignment if not error else b"")
         if version >= 5:
             response.protocol_type = result.protocol_type
             response.protocol_name = result.protocol_name
