@@ -4,6 +4,9 @@ configs changed through any broker, leader elections, partition reassignment."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +150,34 @@ def test_cluster_wide_broker_configs_reach_every_broker(cluster: Cluster) -> Non
     for broker_id in cluster.live():
         wait_until(lambda b=broker_id: retention_on(b) == "7200000",
                    what=f"broker {broker_id} seeing the cluster-wide log.retention.ms")
+
+
+def odradek(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "odradek", *args,
+                           "--bootstrap-server", cluster.bootstrap, "--timeout", "20s"],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_partitions_command_reassigns_and_elects(cluster: Cluster) -> None:
+    create_topic(cluster, "moving", partitions=1, rf=2)
+    produce(cluster.bootstrap, "moving", 100)
+    _, replicas, _ = cluster.partitions("moving")[0]
+    newcomer = next(b for b in cluster.brokers if b not in replicas)
+    target = [newcomer, *replicas]  # one more replica, the newcomer preferred
+    started = odradek(cluster, "partitions", "reassign",
+                      f"moving:0={','.join(map(str, target))}", "--json")
+    assert started.returncode == 0, started.stderr
+    assert json.loads(started.stdout) == [{"topic": "moving", "partition": 0,
+                                           "replicas": target, "result": "started"}]
+    wait_until(lambda: "no reassignment in progress" in odradek(
+        cluster, "partitions", "reassignments").stdout, what="the reassignment done")
+    wait_until(lambda: cluster.partitions("moving")[0][1] == target
+               and sorted(cluster.partitions("moving")[0][2]) == sorted(target),
+               what=f"replicas and ISR {target}")
+    elected = odradek(cluster, "partitions", "elect-leaders", "moving:0", "--json")
+    assert elected.returncode == 0, elected.stderr
+    assert json.loads(elected.stdout)[0]["result"] in ("elected", "not needed")
+    wait_until(lambda: cluster.partitions("moving")[0][0] == newcomer,
+               what="the preferred replica leading")
+    bad = odradek(cluster, "partitions", "reassign", "moving:0=1,1")
+    assert bad.returncode != 0 and "INVALID_REPLICA_ASSIGNMENT" in bad.stdout, bad
