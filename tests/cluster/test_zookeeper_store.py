@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
-from zk_helpers import WAIT, Recorder, StoreFactory, TcpProxy, wait_until
+from support.wait import wait_until
+from zk_helpers import WAIT, Recorder, StoreFactory, TcpProxy
 
 from odradek.cluster.controller import Controller
 from odradek.cluster.embedded import EmbeddedMetadataStore

@@ -1,12 +1,12 @@
-"""Helpers of the cluster tests: waiting for callbacks and conditions (always bounded),
-and a TCP proxy that partitions a client from ZooKeeper."""
+"""Helpers of the cluster tests: waiting for callbacks (always bounded), and a TCP proxy
+that partitions a client from ZooKeeper. Conditions are waited for with
+support.wait.wait_until."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import threading
-import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -44,15 +44,6 @@ class Recorder(Generic[T]):
     @property
     def last(self) -> T:
         return self.values[-1]
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = WAIT, what: str = "") -> None:
-    """Polls `condition` (a ZooKeeper read, say) until it holds; fails after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what or condition}")
-        time.sleep(0.02)
 
 
 class TcpProxy:

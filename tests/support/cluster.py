@@ -7,30 +7,13 @@ own data directory, broker.id and port, and zookeeper.connect naming the test's 
 from __future__ import annotations
 
 import signal
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
 from support.broker import BrokerProcess
-
-WAIT = 30.0
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = WAIT, what: str = "",
-               interval: float = 0.05) -> Any:
-    """Polls `condition` until it is truthy; returns its value, or fails after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what or condition}")
-        time.sleep(interval)
+from support.wait import WAIT, wait_until
 
 
 class Cluster:

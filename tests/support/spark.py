@@ -12,6 +12,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from support.broker import BrokerProcess
+from support.wait import wait_until
 
 
 def create_topic(broker: BrokerProcess, partitions: int) -> str:
@@ -85,14 +86,8 @@ def wait_for(condition: Callable[[], T | None], what: str, timeout: float = 30,
              interval: float = 0.05) -> T:
     """Polls condition until it returns something truthy (returned) or the deadline passes
     (AssertionError naming what was awaited)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
+    value: T = wait_until(condition, timeout, what, interval)
+    return value
 
 
 Placed = tuple[int, int]   # (partition, offset) of a record, from its delivery report
