@@ -181,3 +181,19 @@ def test_partitions_command_reassigns_and_elects(cluster: Cluster) -> None:
                what="the preferred replica leading")
     bad = odradek(cluster, "partitions", "reassign", "moving:0=1,1")
     assert bad.returncode != 0 and "INVALID_REPLICA_ASSIGNMENT" in bad.stdout, bad
+
+
+def test_delete_topic_removes_every_replica(cluster: Cluster) -> None:
+    create_topic(cluster, "doomed", partitions=2)
+    produce(cluster.bootstrap, "doomed", 50)
+    directories = [b.data_dir / f"doomed-{p}" for b in cluster.brokers.values() for p in (0, 1)]
+    assert all(d.exists() for d in directories)
+    admin = cluster.admin(2)  # any broker takes it
+    admin.delete_topics(["doomed"], operation_timeout=20)["doomed"].result(30)
+    wait_until(lambda: all("doomed" not in cluster.admin(b).list_topics(timeout=5).topics
+                           for b in cluster.live()), what="doomed gone from every broker")
+    wait_until(lambda: not any(d.exists() for d in directories),
+               what="every replica's log deleted")
+    create_topic(cluster, "doomed", partitions=1)  # the name is free again, and empty
+    acked = produce(cluster.bootstrap, "doomed", 5)
+    assert consume_all(cluster.bootstrap, "doomed", 5) == acked
