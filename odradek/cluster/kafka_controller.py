@@ -271,6 +271,9 @@ class KafkaController:
         self._send_leader_and_isr(self._all_partitions(), self.live)
         log.info("controller %d: %d live brokers %s, %d topics", self.node_id, len(self.live),
                  sorted(self.live), len(self.topics))
+        for tp, state in self._partition_states():  # reassignments the last one left going
+            if state.adding_replicas or state.removing_replicas:
+                await self._maybe_complete_reassignment(tp)
 
     # ---- brokers ----------------------------------------------------------------------
 
