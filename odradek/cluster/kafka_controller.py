@@ -6,7 +6,10 @@ leader epoch and ISR), watches ZooKeeper for brokers coming and going and topics
 and deleted, elects leaders (odradek/cluster/election.py), writes the partition states
 fenced by its controller epoch, and tells the brokers: LeaderAndIsr to the replicas of a
 partition whose leader or ISR changed, UpdateMetadata to every live broker, StopReplica
-to the replicas of a deleted topic. Leaders ask it to change their ISR (AlterPartition).
+to the replicas of a deleted topic. Leaders ask it to change their ISR (AlterPartition);
+brokers about to stop ask it to move their leaderships (ControlledShutdown); admin
+clients ask it for leader elections (ElectLeaders; it also rebalances leaders by itself)
+and partition reassignments (KIP-455). docs/cluster.md tells the whole story.
 
 Like Kafka's, it works through one queue of events, one at a time, on the broker's event
 loop: ZooKeeper's watches (on kazoo's threads) only put events in the queue, and the
