@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from odradek import __version__
-from odradek.cli import consume, groups, partitions, pipeline, produce, serve, topics
+from odradek.cli import cluster, consume, groups, partitions, pipeline, produce, serve, topics
 from odradek.protocol.api_keys import API_SPECS
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
@@ -96,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.register(commands)
     groups.register(commands)
     partitions.register(commands)
+    cluster.register(commands)
     pipeline.register(commands)
     return parser
 
