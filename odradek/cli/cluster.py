@@ -142,8 +142,8 @@ def run_up(args: argparse.Namespace) -> int:
         _wait_for_membership(brokers, deadline)
         print(f"zookeeper: {zookeeper.connect_string}/odradek", flush=True)
         for broker in brokers:
-            print(f"broker {broker.broker_id}: 127.0.0.1:{broker.port}, log {broker.log_file}",
-                  flush=True)
+            print(f"broker {broker.broker_id}: 127.0.0.1:{broker.port}, pid "
+                  f"{broker.process.pid}, log {broker.log_file}", flush=True)
         print(f"bootstrap: {bootstrap}", flush=True)
         exited: set[int] = set()
         while not stop.wait(0.5):
