@@ -1,10 +1,10 @@
 """The controller: topic creation and deletion, partition assignment and leadership.
 
 On a single node (the embedded store) the controller lives in the broker and every
-partition's replica set, leader and ISR is this broker. With ZooKeeper (issue 7) a
-controller is elected among the brokers and tells the others which replicas to lead or
-follow; this class keeps that shape: it changes the store, then tells the local broker
-(a `PartitionListener`) what it now leads.
+partition's replica set, leader and ISR is this broker: it changes the store, then tells
+the local broker (a `PartitionListener`) what it now leads. With ZooKeeper, ZkTopicAdmin
+(a subclass) makes the same changes as ZooKeeper writes from any broker, and the elected
+KafkaController tells the brokers which replicas to lead or follow.
 """
 
 from __future__ import annotations
