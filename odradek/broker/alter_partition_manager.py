@@ -29,7 +29,9 @@ log = logging.getLogger(__name__)
 
 # The active controller's id and inter-broker address, if one is known.
 ControllerEndpoint = Callable[[], "tuple[int, tuple[str, int]] | None"]
-Completed = Callable[[Partition, int, int, PartitionState | None], None]
+_Proposal = tuple[Partition, int, int, list[int]]  # leader epoch, partition epoch, new ISR
+# (partition, leader epoch and partition epoch proposed in, error, the new state)
+Completed = Callable[[Partition, int, int, int, PartitionState | None], None]
 
 
 class AlterPartitionManager:
@@ -38,10 +40,10 @@ class AlterPartitionManager:
         self.node_id = node_id
         self._controller = controller
         self._client = client
-        self._completed = completed  # (partition, leader epoch, error, new state)
+        self._completed = completed
         self._retry_backoff_s = retry_backoff_ms / 1000
-        # Proposed and not yet sent: partition -> (leader epoch, new ISR).
-        self._unsent: dict[tuple[str, int], tuple[Partition, int, list[int]]] = {}
+        # Proposed and not yet sent: partition -> (leader epoch, partition epoch, new ISR).
+        self._unsent: dict[tuple[str, int], _Proposal] = {}
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -58,7 +60,8 @@ class AlterPartitionManager:
     def submit(self, partition: Partition, new_isr: list[int]) -> None:
         """Proposes `new_isr` for the partition at its current leader and partition epoch
         (Partition's AlterPartitionSender)."""
-        self._unsent[partition.tp] = (partition, partition.leader_epoch, list(new_isr))
+        self._unsent[partition.tp] = (partition, partition.leader_epoch,
+                                      partition.partition_epoch, list(new_isr))
         self._wakeup.set()
 
     async def _run(self) -> None:
@@ -82,8 +85,7 @@ class AlterPartitionManager:
                 await asyncio.sleep(self._retry_backoff_s)
                 self._wakeup.set()
 
-    async def _send(self, items: dict[tuple[str, int], tuple[Partition, int, list[int]]]
-                    ) -> list[tuple[str, int]]:
+    async def _send(self, items: dict[tuple[str, int], _Proposal]) -> list[tuple[str, int]]:
         """Sends one request; returns the partitions to send again."""
         controller = self._controller()
         if controller is None:
@@ -94,12 +96,12 @@ class AlterPartitionManager:
 
         def build(version: int) -> Message:
             topics: dict[str, request_schema.TopicData] = {}
-            for (topic, index), (partition, leader_epoch, isr) in items.items():
+            for (topic, index), (partition, leader_epoch, partition_epoch, isr) in items.items():
                 data = topics.setdefault(topic, request_schema.TopicData(
                     topic_name=topic, topic_id=partition.topic_id))
                 p = request_schema.PartitionData(
                     partition_index=index, leader_epoch=leader_epoch,
-                    partition_epoch=partition.partition_epoch)
+                    partition_epoch=partition_epoch)
                 if version >= 3:  # KIP-903: with broker epochs (-1: not checked here)
                     p.new_isr_with_epochs = [request_schema.BrokerState(broker_id=b)
                                              for b in isr]
@@ -120,7 +122,7 @@ class AlterPartitionManager:
             log.info("AlterPartition to broker %d: %s; retrying", controller_id,
                      ErrorCode(response.error_code).name)
             return list(items)
-        by_id = {partition.topic_id: tp[0] for tp, (partition, _, _) in items.items()}
+        by_id = {item[0].topic_id: tp[0] for tp, item in items.items()}
         answered: set[tuple[str, int]] = set()
         for t in response.topics:
             topic = t.topic_name or by_id.get(t.topic_id, "")
@@ -130,11 +132,11 @@ class AlterPartitionManager:
                 if item is None or tp in answered:
                     continue
                 answered.add(tp)
-                partition, leader_epoch, _ = item
+                partition, leader_epoch, partition_epoch, _ = item
                 state = None
                 if p.error_code == ErrorCode.NONE:
                     state = PartitionState(partition.replicas, p.leader_id, p.leader_epoch,
                                            list(p.isr), partition_epoch=p.partition_epoch,
                                            leader_recovery_state=p.leader_recovery_state)
-                self._completed(partition, leader_epoch, p.error_code, state)
+                self._completed(partition, leader_epoch, partition_epoch, p.error_code, state)
         return [tp for tp in items if tp not in answered]

@@ -104,6 +104,7 @@ class Partition:
         self.replicas: list[int] = []
         self.isr: list[int] = []  # as the controller last confirmed it
         self.pending_isr: list[int] | None = None  # proposed, not answered yet
+        self._proposed_in = (-1, -1)  # the (leader, partition) epochs it was proposed in
         self.followers: dict[int, FollowerReplica] = {}
         # The first offset of this leader's epoch: a follower joins the ISR only once it
         # has everything from there (it has the records of earlier epochs the new leader
@@ -271,14 +272,17 @@ class Partition:
     def _propose_isr(self, isr: list[int]) -> None:
         assert self._alter_partition is not None
         self.pending_isr = isr
+        self._proposed_in = (self.leader_epoch, self.partition_epoch)
         self._alter_partition(self, isr)
 
-    def alter_partition_completed(self, leader_epoch: int, error: int,
+    def alter_partition_completed(self, leader_epoch: int, partition_epoch: int, error: int,
                                   state: PartitionState | None) -> bool:
-        """The controller's answer to the ISR proposed in `leader_epoch`. Returns True
-        when the HW moved (a shrink can let it advance)."""
-        if leader_epoch != self.leader_epoch or self.pending_isr is None:
-            return False  # a LeaderAndIsr came meanwhile and settled the state
+        """The controller's answer to the ISR proposed in (`leader_epoch`,
+        `partition_epoch`). Returns True when the HW moved (a shrink can let it advance)."""
+        if self.pending_isr is None or (leader_epoch, partition_epoch) != self._proposed_in:
+            # A LeaderAndIsr came meanwhile and settled the state; the answer is to a
+            # proposal made before it (Kafka: partitionState != proposedIsrState).
+            return False
         self.pending_isr = None
         if error != ErrorCode.NONE or state is None:
             # Refused (a newer partition or leader epoch, or an ineligible replica): the

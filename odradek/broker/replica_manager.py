@@ -134,13 +134,17 @@ class ReplicaManager:
         self.produce_purgatory = Purgatory()  # acks=all produces
         self.shutting_down = False
         self.leadership_listeners: list[LeadershipListener] = []
-        self._checkpointed_high_watermarks: dict[TopicPartition, int] = {}
+        # The checkpointed HWs of partitions not created yet (no LeaderAndIsr so far), by
+        # log dir: written back with every checkpoint until their partitions take them.
+        self._checkpointed_high_watermarks: dict[TopicPartition, tuple[Path, int]] = {}
         for log_dir in log_manager.config.log_dirs:
             try:
-                self._checkpointed_high_watermarks.update(
-                    OffsetCheckpointFile(log_dir / HIGH_WATERMARK_CHECKPOINT).read())
+                entries = OffsetCheckpointFile(log_dir / HIGH_WATERMARK_CHECKPOINT).read()
             except StorageError as e:  # the logs are still there: start from their starts
                 log.warning("ignoring the high watermark checkpoint: %s", e)
+                continue
+            self._checkpointed_high_watermarks.update(
+                (tp, (log_dir, hw)) for tp, hw in entries.items())
 
     def add_leadership_listener(self, listener: LeadershipListener) -> None:
         self.leadership_listeners.append(listener)
@@ -151,10 +155,11 @@ class ReplicaManager:
         partition = self.partitions.get((topic, index))
         if partition is None:
             partition_log = self.log_manager.get_or_create_log(topic, index)
+            _, checkpointed = self._checkpointed_high_watermarks.pop(
+                (topic, index), (None, partition_log.log_start_offset))
             partition = Partition(
                 topic, index, topic_id, partition_log, node_id=self.node_id,
-                high_watermark=self._checkpointed_high_watermarks.pop(
-                    (topic, index), partition_log.log_start_offset),
+                high_watermark=checkpointed,
                 clock=self.clock, replica_lag_time_max_ms=self.replica_lag_time_max_ms,
                 alter_partition=self._alter_partition)
             self.partitions[(topic, index)] = partition
@@ -165,6 +170,7 @@ class ReplicaManager:
             self.alter_partition(partition, isr)
         else:
             partition.alter_partition_completed(partition.leader_epoch,
+                                                partition.partition_epoch,
                                                 ErrorCode.NOT_CONTROLLER, None)
 
     def make_leader(self, topic: str, index: int, topic_id: UUID,
@@ -284,15 +290,18 @@ class ReplicaManager:
         for partition in list(self.partitions.values()):
             partition.maybe_shrink_isr()
 
-    def alter_partition_completed(self, partition: Partition, leader_epoch: int, error: int,
+    def alter_partition_completed(self, partition: Partition, leader_epoch: int,
+                                  partition_epoch: int, error: int,
                                   state: PartitionState | None) -> None:
         if self.partitions.get(partition.tp) is partition and partition.alter_partition_completed(
-                leader_epoch, error, state):
+                leader_epoch, partition_epoch, error, state):
             self._partition_changed(partition.tp)
 
     def checkpoint_high_watermarks(self) -> None:
         by_dir: dict[Path, dict[TopicPartition, int]] = {
             d: {} for d in self.log_manager.config.log_dirs}
+        for tp, (log_dir, hw) in self._checkpointed_high_watermarks.items():
+            by_dir.setdefault(log_dir, {})[tp] = hw
         for tp, partition in list(self.partitions.items()):
             by_dir.setdefault(partition.log.directory.parent, {})[tp] = partition.high_watermark
         for log_dir, entries in by_dir.items():
