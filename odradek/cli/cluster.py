@@ -3,36 +3,46 @@
 `up` runs a private ZooKeeper (odradek.cluster.zookeeper_server, from Debian's package)
 and N `odradek serve` brokers on it, each with its own data directory and log file under
 --data-dir, prints the bootstrap address once every broker sees every other, and stops
-them all (brokers first, with a controlled shutdown each, then ZooKeeper) on Ctrl-C or
-SIGTERM. Started again with the same --data-dir, it keeps its data.
+them all on Ctrl-C or SIGTERM: the brokers one at a time, the controller last, each with
+a controlled shutdown (stopped together, each would try to move its leaderships to
+brokers that are leaving too), then ZooKeeper. A second Ctrl-C kills what is left.
+Started again with the same --data-dir, it keeps its data; a lock in that directory keeps
+a second `up` off it meanwhile.
 
 `status` asks any cluster (Odradek or Apache Kafka) through librdkafka: the cluster id,
 the controller, the live brokers, and the partitions that are under-replicated (an ISR
-smaller than the replica set) or offline (no leader).
+smaller than the replica set) or offline (no leader); its exit status says whether some
+partition is offline, for scripts.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
+import os
 import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from odradek.cli.client import (
-    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
     AdminCommand,
     CliError,
     command,
     common_options,
     describe_error,
+    error_code,
     key_value,
     positive_int,
     wait_all,
@@ -40,10 +50,22 @@ from odradek.cli.client import (
 from odradek.cli.output import print_json, print_table
 from odradek.cluster.zookeeper_server import ZooKeeperServer, ZooKeeperUnavailableError
 
-_LISTENING = re.compile(r"listening on PLAINTEXT://[^:]*:(\d+)")
-_STARTED = re.compile(r"broker \d+ started")
-START_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 60.0  # for all the brokers to start and see each other
+# For the registrations a broker stopped uncleanly left in ZooKeeper to go: the longest
+# session the private ZooKeeper grants (ZooKeeperServer's max_session_timeout_ms), and some.
+STALE_SESSION_TIMEOUT_S = 65.0
+STOP_TIMEOUT_S = 60.0  # for one broker's controlled shutdown and stop, then SIGKILL
+CHROOT = "/odradek"  # the brokers' znodes, under the private ZooKeeper's root
+EXIT_OFFLINE = 3  # `cluster status`: some partition has no leader
+
+# What `up` sets for each broker itself: one value for every broker would break them.
+PER_BROKER_SETTINGS = frozenset({"broker.id", "node.id", "listeners", "advertised.listeners",
+                                 "log.dirs", "log.dir", "zookeeper.connect"})
+
+_LISTENING = re.compile(rb"listening on PLAINTEXT://\S*:(\d+)")
+# The lines of a broker's log that say why it failed: an exception's, or an ERROR record.
+_ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception)\b|\S+ \S+ ERROR )")
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -51,15 +73,15 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     up = actions.add_parser("up", help="start ZooKeeper and N brokers on loopback, in the "
-                            "foreground until Ctrl-C")
+                            "foreground until Ctrl-C or SIGTERM (a second Ctrl-C kills them)")
     up.add_argument("--brokers", type=positive_int, default=3, metavar="N",
                     help="how many brokers (default 3)")
     up.add_argument("--data-dir", default="odradek-cluster", metavar="DIR",
                     help="ZooKeeper's and the brokers' data and logs (default "
                     "./odradek-cluster); kept between runs")
-    up.add_argument("--port-base", type=int, default=9092, metavar="PORT",
+    up.add_argument("--port-base", type=_port, default=9092, metavar="PORT",
                     help="broker i listens on PORT+i-1 (default 9092); 0: free ports")
-    up.add_argument("--zookeeper-port", type=int, default=2181, metavar="PORT",
+    up.add_argument("--zookeeper-port", type=_port, default=2181, metavar="PORT",
                     help="ZooKeeper's client port (default 2181); 0: a free port")
     up.add_argument("--set", dest="settings", metavar="KEY=VALUE", action="append",
                     default=[], help="a broker setting for every broker (repeatable)")
@@ -67,163 +89,473 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
 
     status = actions.add_parser("status", parents=[common_options()],
                                 help="brokers, controller, under-replicated and offline "
-                                "partitions")
+                                "partitions; exit status 3 when some partition is offline")
     status.set_defaults(run=run_status)
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {value} (0 to 65535)")
+    return value
 
 
 # ---- up --------------------------------------------------------------------------------------
 
-class _Broker:
-    """One `odradek serve` process; its stderr goes to a log file, which it is read from
-    for the port it bound and its start."""
+def broker_settings(items: Iterable[str]) -> dict[str, str]:
+    """The --set settings for every broker; the ones `up` sets per broker are refused."""
+    settings: dict[str, str] = {}
+    for item in items:
+        key, value = key_value(item, "--set")
+        if key in PER_BROKER_SETTINGS:
+            raise CliError(f"--set {key}: `cluster up` sets it for each broker itself",
+                           EXIT_USAGE)
+        settings[key] = value.strip()
+    return settings
 
-    def __init__(self, broker_id: int, data_dir: Path, settings: dict[str, str]) -> None:
+
+def broker_ports(brokers: int, port_base: int) -> list[int]:
+    """The port of brokers 1..N: port_base, port_base+1, ...; all 0 (free ports) for 0."""
+    if port_base and port_base + brokers - 1 > 65535:
+        raise CliError(f"--port-base {port_base}: {brokers} brokers would go past port 65535",
+                       EXIT_USAGE)
+    return [port_base + i if port_base else 0 for i in range(brokers)]
+
+
+def log_summary(text: str, lines: int = 15) -> str:
+    """Why a broker failed, from its log: the lines of its exceptions and errors (the
+    cause and what its shutdown then met), else the last `lines` lines."""
+    all_lines = text.splitlines()
+    errors = [line for line in all_lines if _ERROR_LINE.match(line)]
+    return "\n".join((errors or all_lines)[-lines:])
+
+
+def stop_order(running: Sequence[int], controller: int | None) -> list[int]:
+    """Broker ids in the order to stop them: one at a time by id, the controller last, so
+    each controlled shutdown hands its leaderships to brokers that stay, and the
+    controller moves at most once."""
+    return sorted(running, key=lambda broker_id: (broker_id == controller, broker_id))
+
+
+class _Interrupted(Exception):
+    """Ctrl-C or SIGTERM before the cluster was up."""
+
+
+class _Signals:
+    """SIGINT, SIGTERM and SIGHUP handler: the first asks `up` to stop, another one at least
+    FORCE_AFTER_S later to hurry (closer, it is the same request delivered twice, say to
+    a wrapper such as timeout(1) and to `up` itself)."""
+
+    FORCE_AFTER_S = 1.0
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.first: float | None = None
+        self.forced = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        now = time.monotonic()
+        if self.first is None:
+            self.first = now
+        elif now - self.first >= self.FORCE_AFTER_S:
+            self.forced = True
+        self.stop.set()
+
+    def check(self) -> None:
+        if self.stop.is_set():
+            raise _Interrupted
+
+
+class _Pids:
+    """DIR/pids: the processes a running `up` started, one `name pid` a line, removed
+    once they are stopped. Left behind (`up` was killed), it names what may still run on
+    the directory, which a second ZooKeeper or broker on the same data must not meet."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.pids: dict[str, int] = {}
+
+    def check_none_left(self) -> None:
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return
+        left = []
+        for line in lines:
+            name, _, pid = line.partition(" ")
+            if pid.isdigit() and _runs_on(int(pid), self.path.parent):
+                left.append(f"{name} (pid {pid})")
+        if left:
+            raise CliError(f"processes of an earlier `cluster up` on {self.path.parent} "
+                           f"still run: {', '.join(left)}; stop them first (kill PID)")
+
+    def add(self, name: str, pid: int) -> None:
+        self.pids[name] = pid
+        self.path.write_text("".join(f"{n} {p}\n" for n, p in self.pids.items()),
+                             encoding="utf-8")
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _runs_on(pid: int, directory: Path) -> bool:
+    """Whether process `pid` runs with `directory` in its command line (Linux's /proc):
+    a pid reused by an unrelated process does not count."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return os.fsencode(directory) in cmdline
+
+
+class _Broker:
+    """One `odradek serve` process in a session of its own (a Ctrl-C in the terminal is
+    for `up` to relay, in order). Its output is appended to DIR/broker-i.log, where the
+    port it bound and its start are read from."""
+
+    def __init__(self, broker_id: int, log_file: Path, settings: Mapping[str, str]) -> None:
         self.broker_id = broker_id
-        self.data_dir = data_dir
-        self.log_file = data_dir.with_suffix(".log")
+        self.log_file = log_file
+        self.port: int | None = None
+        self._started = re.compile(rb"broker %d started" % broker_id)
         argv = [sys.executable, "-m", "odradek", "serve"]
         for key, value in settings.items():
             argv += ["--set", f"{key}={value}"]
-        self._log: TextIO = self.log_file.open("a", encoding="utf-8")
-        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self._log,
-                                        start_new_session=True)  # Ctrl-C is ours to relay
-        self._offset = self._log.tell()
-        self.port: int | None = None
+        # Started again on the same directory, the log goes on: this run's lines start here.
+        self._offset = log_file.stat().st_size if log_file.exists() else 0
+        with log_file.open("ab") as log:
+            self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
 
-    def wait_started(self, deadline: float) -> None:
-        text = ""
-        while time.monotonic() < deadline:
-            text = self.log_file.read_text(encoding="utf-8", errors="replace")[self._offset:]
-            if (m := _LISTENING.search(text)) is not None:
-                self.port = int(m.group(1))
-            if _STARTED.search(text) and self.port is not None:
-                return
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.05)
-        tail = "\n".join(text.splitlines()[-15:])
-        raise CliError(f"broker {self.broker_id} did not start (log: {self.log_file}):\n{tail}")
+    @property
+    def running(self) -> bool:
+        return self.process.poll() is None
 
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+    def output(self) -> bytes:
+        """What this run of the broker has logged so far."""
         try:
-            self.process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self._log.close()
+            with self.log_file.open("rb") as log:
+                log.seek(self._offset)
+                return log.read()
+        except OSError:
+            return b""
+
+    def tail(self) -> str:
+        return log_summary(self.output().decode("utf-8", "replace"))
+
+    def started(self) -> bool:
+        """Whether it is listening and started; a CliError if it exited instead."""
+        if not self.running:
+            raise CliError(f"broker {self.broker_id} exited with status "
+                           f"{self.process.returncode} (log {self.log_file}):\n{self.tail()}")
+        text = self.output()
+        if self.port is None and (m := _LISTENING.search(text)) is not None:
+            self.port = int(m.group(1))
+        return self.port is not None and self._started.search(text) is not None
+
+    def stop(self, signals: _Signals) -> bool:
+        """SIGTERM (a controlled shutdown, then a clean stop); SIGKILL after STOP_TIMEOUT_S
+        or on a second Ctrl-C. False when it had to be killed."""
+        if self.running:
+            self.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while self.running:
+            if signals.forced or time.monotonic() > deadline:
+                self.process.kill()
+                self.process.wait()
+                return False
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(0.1)
+        return True
 
 
 @command("cluster up")
 def run_up(args: argparse.Namespace) -> int:
-    data_dir = Path(args.data_dir).absolute()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    settings = dict(key_value(s, "--set") for s in args.settings)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    settings = broker_settings(args.settings)
+    ports = broker_ports(args.brokers, args.port_base)
+    data_dir = Path(args.data_dir).resolve()
     try:
-        zookeeper = ZooKeeperServer(data_dir / "zookeeper", args.zookeeper_port).start()
+        data_dir.mkdir(parents=True, exist_ok=True)
+        lock = (data_dir / ".lock").open("w")
+    except OSError as e:
+        raise CliError(f"cannot use {data_dir}: {e.strerror or e}") from e
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CliError(f"another `odradek cluster up` runs on {data_dir}") from None
+        pids = _Pids(data_dir / "pids")
+        pids.check_none_left()
+        signals = _Signals()
+        previous = {sig: signal.signal(sig, signals) for sig in _SIGNALS}
+        try:
+            return _run_cluster(args, data_dir, ports, settings, signals, pids)
+        finally:  # every process it started has stopped
+            pids.remove()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def _run_cluster(args: argparse.Namespace, data_dir: Path, ports: list[int],
+                 settings: dict[str, str], signals: _Signals, pids: _Pids) -> int:
+    zookeeper = ZooKeeperServer(data_dir / "zookeeper", args.zookeeper_port)
+    try:
+        zookeeper.start()
     except ZooKeeperUnavailableError as e:
         raise CliError(f"cannot start ZooKeeper: {e}") from e
+    assert zookeeper.pid is not None
+    pids.add("zookeeper", zookeeper.pid)
     brokers: list[_Broker] = []
+    code = 0
     try:
-        for i in range(1, args.brokers + 1):
-            port = 0 if args.port_base == 0 else args.port_base + i - 1
-            brokers.append(_Broker(i, data_dir / f"broker-{i}", {
-                "broker.id": str(i), "listeners": f"PLAINTEXT://127.0.0.1:{port}",
-                "log.dirs": str(data_dir / f"broker-{i}"),
-                "zookeeper.connect": f"{zookeeper.connect_string}/odradek", **settings}))
+        signals.check()
+        _wait_for_stale_registrations(zookeeper, len(ports), signals)
+        connect = f"{zookeeper.connect_string}{CHROOT}"
+        for broker_id, port in enumerate(ports, 1):
+            broker_dir = data_dir / f"broker-{broker_id}"
+            brokers.append(_Broker(broker_id, data_dir / f"broker-{broker_id}.log", {
+                **settings, "broker.id": str(broker_id),
+                "listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(broker_dir),
+                "zookeeper.connect": connect}))
+            pids.add(f"broker-{broker_id}", brokers[-1].process.pid)
         deadline = time.monotonic() + START_TIMEOUT_S
         for broker in brokers:
-            broker.wait_started(deadline)
-        bootstrap = ",".join(f"127.0.0.1:{b.port}" for b in brokers)
-        _wait_for_membership(brokers, deadline)
-        print(f"zookeeper: {zookeeper.connect_string}/odradek", flush=True)
+            _wait_started(broker, deadline, signals)
+        _wait_for_membership(brokers, deadline, signals)
+        print(f"zookeeper: {connect}, pid {zookeeper.pid}, log {zookeeper.log_file}",
+              flush=True)
         for broker in brokers:
             print(f"broker {broker.broker_id}: 127.0.0.1:{broker.port}, pid "
                   f"{broker.process.pid}, log {broker.log_file}", flush=True)
-        print(f"bootstrap: {bootstrap}", flush=True)
-        exited: set[int] = set()
-        while not stop.wait(0.5):
-            for broker in brokers:  # killed on purpose, say, to watch a failover: said once
-                if broker.broker_id not in exited and broker.process.poll() is not None:
-                    exited.add(broker.broker_id)
-                    print(f"broker {broker.broker_id} exited with status "
-                          f"{broker.process.returncode}; see {broker.log_file}", flush=True)
+        print(f"bootstrap: {','.join(f'127.0.0.1:{b.port}' for b in brokers)}", flush=True)
+        _watch(brokers, zookeeper, signals)
         print("stopping", flush=True)
+    except _Interrupted:
+        print("odradek cluster up: interrupted while starting; stopping", file=sys.stderr,
+              flush=True)
+        code = EXIT_INTERRUPTED
     finally:
-        threads = [threading.Thread(target=b.stop) for b in brokers]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        killed = _stop_brokers(brokers, signals)
         zookeeper.stop()
-    return 0
+    if killed:
+        raise CliError(f"killed {_brokers(b.broker_id for b in killed)} before "
+                       f"{'it' if len(killed) == 1 else 'they'} stopped cleanly; see "
+                       f"{', '.join(str(b.log_file) for b in killed)}")
+    return code
 
 
-def _wait_for_membership(brokers: list[_Broker], deadline: float) -> None:
+def _brokers(ids: Iterable[int]) -> str:
+    """`broker 2` or `brokers 1, 3`."""
+    listed = [str(i) for i in ids]
+    return f"broker{'s' if len(listed) > 1 else ''} {', '.join(listed)}"
+
+
+def _wait_for_stale_registrations(zookeeper: ZooKeeperServer, brokers: int,
+                                  signals: _Signals) -> None:
+    """Until the registrations of brokers that did not stop cleanly last time (killed,
+    or their `up` was) have left ZooKeeper: their sessions, restored from ZooKeeper's
+    data, expire after their timeout; a broker started before then would find its
+    broker.id taken."""
+    # Here: the other commands start faster without kazoo.
+    from kazoo.client import KazooClient
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    from odradek.cluster.zookeeper import znodes
+
+    client = KazooClient(hosts=zookeeper.connect_string, timeout=10)
+    try:
+        client.start(timeout=10)
+    except KazooTimeoutError as e:
+        raise CliError(f"cannot connect to ZooKeeper at {zookeeper.connect_string}") from e
+    try:
+        paths = {i: f"{CHROOT}{znodes.broker_path(i)}" for i in range(1, brokers + 1)}
+        stale = [i for i, path in paths.items() if client.exists(path) is not None]
+        if not stale:
+            return
+        print(f"waiting for ZooKeeper to expire the sessions of {_brokers(stale)}, which "
+              "did not stop cleanly last time", flush=True)
+        deadline = time.monotonic() + STALE_SESSION_TIMEOUT_S
+        while stale := [i for i in stale if client.exists(paths[i]) is not None]:
+            signals.check()
+            if time.monotonic() > deadline:
+                raise CliError(f"{_brokers(stale)} still registered in ZooKeeper after "
+                               f"{STALE_SESSION_TIMEOUT_S:g}s: does a broker of an earlier "
+                               "run still run?")
+            signals.stop.wait(0.2)
+    finally:
+        client.stop()
+        client.close()
+
+
+def _wait_started(broker: _Broker, deadline: float, signals: _Signals) -> None:
+    while not broker.started():
+        signals.check()
+        if time.monotonic() > deadline:
+            raise CliError(f"broker {broker.broker_id} did not start within "
+                           f"{START_TIMEOUT_S:g}s (log {broker.log_file}):\n{broker.tail()}")
+        signals.stop.wait(0.05)
+
+
+def _wait_for_membership(brokers: list[_Broker], deadline: float, signals: _Signals) -> None:
     """Until every broker's Metadata lists every broker: the cluster is formed."""
     ids = {b.broker_id for b in brokers}
     for broker in brokers:
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}", "log_level": 0})
+        seen: set[int] = set()
         while True:
-            try:
-                if set(admin.list_topics(timeout=2).brokers) == ids:
-                    break
-            except KafkaException:
-                pass
+            broker.started()  # a CliError if it exited
+            with contextlib.suppress(KafkaException):
+                seen = set(admin.list_topics(timeout=2).brokers)
+            if ids <= seen:
+                break
+            signals.check()
             if time.monotonic() > deadline:
-                raise CliError(f"broker {broker.broker_id} does not see brokers {sorted(ids)}; "
-                               f"see {broker.log_file}")
-            time.sleep(0.1)
+                raise CliError(f"broker {broker.broker_id} sees brokers {sorted(seen)}, not "
+                               f"{sorted(ids)}, after {START_TIMEOUT_S:g}s; see "
+                               f"{broker.log_file}")
+            signals.stop.wait(0.1)
+
+
+def _watch(brokers: list[_Broker], zookeeper: ZooKeeperServer, signals: _Signals) -> None:
+    """Until Ctrl-C or SIGTERM; a process that exits meanwhile (a broker killed on
+    purpose, say, to watch a failover) is reported once."""
+    exited: set[int] = set()
+    zookeeper_exited = False
+    while not signals.stop.wait(0.5):
+        for broker in brokers:
+            if broker.broker_id not in exited and not broker.running:
+                exited.add(broker.broker_id)
+                print(f"broker {broker.broker_id} exited with status "
+                      f"{broker.process.returncode}; see {broker.log_file}", flush=True)
+        if not zookeeper_exited and not zookeeper.is_running():
+            zookeeper_exited = True
+            print(f"ZooKeeper exited; see {zookeeper.log_file}", flush=True)
+
+
+def _stop_brokers(brokers: list[_Broker], signals: _Signals) -> list[_Broker]:
+    """Stops the running brokers in stop_order(), each once the next has seen the one
+    before leave (the controller's news of it handled before that broker stops too);
+    returns those that had to be killed."""
+    by_id = {b.broker_id: b for b in brokers if b.running}
+    order = [by_id[i] for i in stop_order(list(by_id), _controller(list(by_id.values())))]
+    killed = []
+    for broker, following in zip(order, [*order[1:], None], strict=True):
+        if not broker.stop(signals):
+            killed.append(broker)
+        if following is not None and not signals.forced:
+            _wait_gone(broker.broker_id, following, signals)
+    return killed
+
+
+def _wait_gone(gone: int, broker: _Broker, signals: _Signals, timeout: float = 10.0) -> None:
+    """Until `broker`'s Metadata no longer lists broker `gone`, for `timeout` at most."""
+    if broker.port is None:
+        return
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}", "log_level": 0})
+    deadline = time.monotonic() + timeout
+    while broker.running and not signals.forced and time.monotonic() < deadline:
+        with contextlib.suppress(KafkaException):
+            if gone not in admin.list_topics(timeout=2).brokers:
+                return
+        time.sleep(0.05)
+
+
+def _controller(brokers: list[_Broker]) -> int | None:
+    """The controller's id, as the first broker that answers says; None if none does."""
+    for broker in brokers:
+        if broker.port is None:
+            continue
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}", "log_level": 0})
+        try:
+            controller: int = admin.list_topics(timeout=5).controller_id
+        except KafkaException:
+            continue
+        return controller if controller >= 0 else None
+    return None
 
 
 # ---- status ----------------------------------------------------------------------------------
 
-@command("cluster status")
-def run_status(args: argparse.Namespace) -> int:
-    admin = AdminCommand(args)
-    described = admin.client.describe_cluster(request_timeout=admin.timeout)
-    wait_all([described], admin.timeout, admin.client.poll, admin.errors)
-    try:
-        cluster = described.result()
-        metadata = admin.client.list_topics(timeout=admin.timeout)
-    except KafkaException as e:
-        raise CliError(admin.errors.explain(describe_error(e))) from e
+def partition_health(topics: Mapping[str, Any]
+                     ) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
+    """From librdkafka's topic metadata: how many partitions, and the rows of those
+    under-replicated (a leader, but fewer replicas in sync than assigned) and offline
+    (no leader)."""
     under_replicated: list[dict[str, Any]] = []
     offline: list[dict[str, Any]] = []
     partitions = 0
-    for name, topic in sorted(metadata.topics.items()):
+    for name, topic in sorted(topics.items()):
         for p in sorted(topic.partitions.values(), key=lambda p: p.id):
             partitions += 1
-            row = {"topic": name, "partition": p.id, "leader": p.leader,
-                   "replicas": list(p.replicas), "isr": list(p.isrs)}
+            row = {"topic": name, "partition": p.id, "leader": p.leader if p.leader >= 0
+                   else None, "replicas": list(p.replicas), "isr": list(p.isrs)}
             if p.leader < 0:
                 offline.append(row)
             elif len(p.isrs) < len(p.replicas):
                 under_replicated.append(row)
-    controller = cluster.controller.id if cluster.controller is not None else None
-    brokers = [{"id": n.id, "host": n.host, "port": n.port, "rack": n.rack}
-               for n in sorted(cluster.nodes, key=lambda n: n.id)]
+    return partitions, under_replicated, offline
+
+
+@command("cluster status")
+def run_status(args: argparse.Namespace) -> int:
+    admin = AdminCommand(args)
+    try:
+        metadata = admin.client.list_topics(timeout=admin.timeout)
+    except KafkaException as e:
+        raise CliError(admin.errors.explain(f"cannot fetch metadata: {describe_error(e)}")
+                       ) from e
+    cluster_id, controller, brokers = _describe_cluster(admin, metadata)
+    partitions, under_replicated, offline = partition_health(metadata.topics)
     if args.json:
-        print_json({"cluster_id": cluster.cluster_id, "controller": controller,
+        print_json({"cluster_id": cluster_id, "controller": controller,
                     "brokers": brokers, "partitions": partitions,
                     "under_replicated": under_replicated, "offline": offline})
     else:
-        print(f"cluster {cluster.cluster_id}, controller: "
-              f"{controller if controller is not None else 'none'}")
-        print_table(["BROKER", "ADDRESS", "RACK"],
-                    [[b["id"] if b["id"] != controller else f"{b['id']} (controller)",
-                      f"{b['host']}:{b['port']}", b["rack"] or "-"] for b in brokers])
-        for title, rows in (("under-replicated", under_replicated), ("offline", offline)):
-            if rows:
-                print(f"\n{title} partitions:")
-                print_table(["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR"],
-                            [[r["topic"], r["partition"], r["leader"],
-                              ",".join(map(str, r["replicas"])), ",".join(map(str, r["isr"]))]
-                             for r in rows])
-        print(f"\n{len(brokers)} brokers, {partitions} partitions: "
-              f"{len(under_replicated)} under-replicated, {len(offline)} offline")
-    return EXIT_FAILURE if offline else 0
+        _print_status(sys.stdout, cluster_id, controller, brokers, partitions,
+                      under_replicated, offline)
+    return EXIT_OFFLINE if offline else 0
+
+
+def _describe_cluster(admin: AdminCommand, metadata: Any
+                      ) -> tuple[str | None, int | None, list[dict[str, Any]]]:
+    """The cluster id, the controller and the live brokers with their racks, through
+    DescribeCluster; from the Metadata answer, without racks, where a broker does not
+    speak DescribeCluster (Kafka before 2.8)."""
+    described = admin.client.describe_cluster(request_timeout=admin.timeout)
+    wait_all([described], admin.timeout, admin.client.poll, admin.errors)
+    try:
+        cluster = described.result()
+    except KafkaException as e:
+        if error_code(e) != KafkaError._UNSUPPORTED_FEATURE:
+            raise CliError(admin.errors.explain(
+                f"cannot describe the cluster: {describe_error(e)}")) from e
+        controller = metadata.controller_id if metadata.controller_id >= 0 else None
+        return metadata.cluster_id, controller, [
+            {"id": b.id, "host": b.host, "port": b.port, "rack": None}
+            for b in sorted(metadata.brokers.values(), key=lambda b: b.id)]
+    controller = cluster.controller.id if cluster.controller is not None else None
+    return cluster.cluster_id, controller, [
+        {"id": n.id, "host": n.host, "port": n.port, "rack": n.rack}
+        for n in sorted(cluster.nodes, key=lambda n: n.id)]
+
+
+def _print_status(out: TextIO, cluster_id: str | None, controller: int | None,
+                  brokers: list[dict[str, Any]], partitions: int,
+                  under_replicated: list[dict[str, Any]], offline: list[dict[str, Any]]
+                  ) -> None:
+    print(f"cluster {cluster_id or '-'}, controller: "
+          f"{controller if controller is not None else 'none'}", file=out)
+    print_table(["broker", "address", "rack"],
+                [[b["id"] if b["id"] != controller else f"{b['id']} (controller)",
+                  f"{b['host']}:{b['port']}", b["rack"]] for b in brokers], file=out)
+    for title, rows in (("under-replicated", under_replicated), ("offline", offline)):
+        if rows:
+            print(f"\n{title} partitions:", file=out)
+            print_table(["topic", "partition", "leader", "replicas", "isr"],
+                        [[r["topic"], r["partition"], r["leader"], r["replicas"], r["isr"]]
+                         for r in rows], file=out)
+    print(f"\n{len(brokers)} brokers, {partitions} partitions: "
+          f"{len(under_replicated)} under-replicated, {len(offline)} offline", file=out)

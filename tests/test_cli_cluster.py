@@ -1,0 +1,318 @@
+"""`odradek cluster up` and `odradek cluster status`: the pure helpers, then the commands
+run as an operator runs them, as real processes (ZooKeeper and three brokers)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from support.wait import wait_until
+
+from odradek.cli import cluster
+from odradek.cli.client import EXIT_USAGE, CliError
+from odradek.cli.main import build_parser
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+
+def test_up_defaults_and_options() -> None:
+    args = build_parser().parse_args(["cluster", "up"])
+    assert (args.brokers, args.data_dir, args.port_base, args.zookeeper_port, args.settings) \
+        == (3, "odradek-cluster", 9092, 2181, [])
+    args = build_parser().parse_args(["cluster", "up", "--brokers", "5", "--port-base", "0",
+                                      "--set", "num.partitions=3"])
+    assert (args.brokers, args.port_base, args.settings) == (5, 0, ["num.partitions=3"])
+    for bad in (["--brokers", "0"], ["--port-base", "70000"], ["--zookeeper-port", "x"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["cluster", "up", *bad])
+
+
+def test_status_takes_the_client_options() -> None:
+    args = build_parser().parse_args(["cluster", "status", "--bootstrap-server", "h:1",
+                                      "--json", "--timeout", "5s"])
+    assert (args.bootstrap_server, args.json, args.timeout) == ("h:1", True, 5.0)
+
+
+def test_broker_settings() -> None:
+    assert cluster.broker_settings(["num.partitions=3", " a = b "]) == {
+        "num.partitions": "3", "a": "b"}
+    for item in ("broker.id=4", "log.dirs=/x", "listeners=PLAINTEXT://:1",
+                 "zookeeper.connect=h:2181"):
+        with pytest.raises(CliError) as refused:
+            cluster.broker_settings([item])
+        assert refused.value.exit_code == EXIT_USAGE
+    with pytest.raises(CliError):
+        cluster.broker_settings(["no-value"])
+
+
+def test_broker_ports() -> None:
+    assert cluster.broker_ports(3, 9092) == [9092, 9093, 9094]
+    assert cluster.broker_ports(2, 0) == [0, 0]
+    with pytest.raises(CliError):
+        cluster.broker_ports(3, 65534)
+
+
+def test_stop_order_puts_the_controller_last() -> None:
+    assert cluster.stop_order([3, 1, 2], controller=1) == [2, 3, 1]
+    assert cluster.stop_order([2, 1], controller=None) == [1, 2]
+    assert cluster.stop_order([2, 3], controller=1) == [2, 3]  # the controller is gone
+
+
+def test_log_summary_shows_the_errors_else_the_tail() -> None:
+    log = "\n".join([
+        "2026-11-22 10:56:49,041 INFO odradek.server.network: starting",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in run',
+        "OSError: [Errno 98] address already in use",
+        "During handling of the above exception, another exception occurred:",
+        "ValueError: list.remove(x): x not in list",
+        "2026-11-22 10:56:50,000 ERROR odradek.broker: cannot run the broker: boom",
+    ])
+    assert cluster.log_summary(log).splitlines() == [
+        "OSError: [Errno 98] address already in use",
+        "ValueError: list.remove(x): x not in list",
+        "2026-11-22 10:56:50,000 ERROR odradek.broker: cannot run the broker: boom"]
+    quiet = "\n".join(f"line {i}" for i in range(20))
+    assert cluster.log_summary(quiet, lines=2) == "line 18\nline 19"
+
+
+def _partition(pid: int, leader: int, replicas: list[int], isr: list[int]) -> Any:
+    return SimpleNamespace(id=pid, leader=leader, replicas=replicas, isrs=isr)
+
+
+def test_partition_health() -> None:
+    topics = {
+        "b": SimpleNamespace(partitions={1: _partition(1, -1, [2], []),
+                                         0: _partition(0, 1, [1, 2, 3], [1, 3])}),
+        "a": SimpleNamespace(partitions={0: _partition(0, 2, [2, 3], [2, 3])}),
+        "empty": SimpleNamespace(partitions={}),
+    }
+    count, under, offline = cluster.partition_health(topics)
+    assert count == 3
+    assert under == [{"topic": "b", "partition": 0, "leader": 1, "replicas": [1, 2, 3],
+                      "isr": [1, 3]}]
+    assert offline == [{"topic": "b", "partition": 1, "leader": None, "replicas": [2],
+                        "isr": []}]
+
+
+def test_a_second_signal_forces_only_after_a_moment(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(cluster.time, "monotonic", lambda: now[0])
+    signals = cluster._Signals()
+    signals(signal.SIGTERM, None)
+    signals(signal.SIGINT, None)  # the same request, delivered twice
+    assert signals.stop.is_set() and not signals.forced
+    now[0] += cluster._Signals.FORCE_AFTER_S
+    signals(signal.SIGINT, None)
+    assert signals.forced
+
+
+def test_pids_left_by_an_earlier_run(tmp_path: Path) -> None:
+    pids = cluster._Pids(tmp_path / "pids")
+    pids.check_none_left()  # no file
+    pids.add("zookeeper", os.getpid())  # this process: its command line lacks tmp_path
+    pids.check_none_left()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                str(tmp_path / "broker-1")])
+    try:
+        pids.add("broker-1", sleeper.pid)
+        with pytest.raises(CliError, match=rf"broker-1 \(pid {sleeper.pid}\)"):
+            cluster._Pids(tmp_path / "pids").check_none_left()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    cluster._Pids(tmp_path / "pids").check_none_left()
+    pids.remove()
+    assert not (tmp_path / "pids").exists()
+
+
+# ---- a cluster on loopback -------------------------------------------------------------------
+
+_PID = re.compile(r"^(zookeeper|broker \d+): .*, pid (\d+), log ")
+
+
+class Up:
+    """`odradek cluster up` in the background, its output read as it comes."""
+
+    def __init__(self, data_dir: Path) -> None:
+        # The last broker to stop finds no broker to hand its leaderships to: its controlled
+        # shutdown gives up after its retries; shorter backoffs keep the test short.
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "odradek", "cluster", "up", "--brokers", "3", "--port-base",
+             "0", "--zookeeper-port", "0", "--data-dir", str(data_dir),
+             "--set", "zookeeper.session.timeout.ms=6000",
+             "--set", "controlled.shutdown.retry.backoff.ms=300"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.bootstrap: str = wait_until(self._bootstrap, 90, "the bootstrap address")
+        self.pids = {m.group(1): int(m.group(2))
+                     for m in map(_PID.match, self.lines) if m is not None}
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    def _bootstrap(self) -> str | None:
+        if self.process.poll() is not None:
+            self._reader.join(5)
+            raise AssertionError(f"cluster up exited {self.process.returncode}:\n"
+                                 + "".join(self.lines))
+        return next((line.split()[1] for line in self.lines if line.startswith("bootstrap: ")),
+                    None)
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(90)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise
+        finally:
+            self._reader.join(5)
+        return code
+
+    def kill_leftovers(self) -> None:
+        """Should the test fail half-way: nothing outlives it."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        for pid in self.pids.values():
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def odradek(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "ODRADEK_BOOTSTRAP"}
+    return subprocess.run([sys.executable, "-m", "odradek", *args], capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+def status(up: Up, *extra: str) -> subprocess.CompletedProcess[str]:
+    return odradek("cluster", "status", "--bootstrap-server", up.bootstrap, *extra)
+
+
+def status_json(up: Up) -> dict[str, Any]:
+    shown = status(up, "--json")
+    assert shown.returncode in (0, cluster.EXIT_OFFLINE), shown  # offline: a new topic's
+    answer: dict[str, Any] = json.loads(shown.stdout)            # leaders are on their way
+    return answer
+
+
+@pytest.fixture
+def ups() -> Iterator[list[Up]]:
+    started: list[Up] = []
+    yield started
+    for up in started:
+        up.kill_leftovers()
+
+
+def test_up_status_stop_and_up_again(tmp_path: Path, ups: list[Up]) -> None:
+    data_dir = tmp_path / "local"
+    up = Up(data_dir)
+    ups.append(up)
+    assert set(up.pids) == {"zookeeper", "broker 1", "broker 2", "broker 3"}, up.lines
+    created = odradek("topics", "create", "events", "--partitions", "3",
+                      "--replication-factor", "3", "--bootstrap-server", up.bootstrap)
+    assert created.returncode == 0, created
+
+    def healthy() -> dict[str, Any] | None:
+        answer = status_json(up)
+        return answer if answer["partitions"] == 3 and not (
+            answer["under_replicated"] or answer["offline"]) else None
+
+    answer = wait_until(healthy, 30, "a healthy cluster")
+    assert [b["id"] for b in answer["brokers"]] == [1, 2, 3]
+    assert answer["controller"] in (1, 2, 3) and answer["cluster_id"]
+    text = status(up)
+    assert text.returncode == 0, text
+    assert f"controller: {answer['controller']}" in text.stdout
+    assert f"{answer['controller']} (controller)" in text.stdout
+    assert "3 brokers, 3 partitions: 0 under-replicated, 0 offline" in text.stdout, text
+    described = odradek("topics", "describe", "events", "--json",
+                        "--bootstrap-server", up.bootstrap)
+    partitions = json.loads(described.stdout)[0]["partitions"]
+    assert all(sorted(p["replicas"]) == [1, 2, 3] and p["leader"] in p["replicas"]
+               for p in partitions), partitions
+
+    assert up.stop() == 0, "".join(up.lines)
+    assert up.lines[-1].strip() == "stopping", up.lines
+    for name, pid in up.pids.items():
+        assert wait_until(lambda pid=pid: not _alive(pid), 10, f"{name} gone")
+    for i in (1, 2, 3):  # each broker stopped cleanly
+        assert (data_dir / f"broker-{i}" / ".kafka_cleanshutdown").exists()
+    assert not (data_dir / "pids").exists()
+
+    # Started again on the same directory: the same cluster, its topic and its data.
+    again = Up(data_dir)
+    ups.append(again)
+    answer2 = wait_until(lambda: (lambda a: a if a["partitions"] == 3 else None)(
+        status_json(again)), 30, "the topic again")
+    assert answer2["cluster_id"] == answer["cluster_id"]
+
+    # A broker killed: its replicas leave the ISRs, and a partition only it held goes
+    # offline, which `status` says in its exit status.
+    admin = AdminClient({"bootstrap.servers": again.bootstrap, "log_level": 0})
+    victim = next(i for i in (1, 2, 3) if i != answer2["controller"])
+    admin.create_topics([NewTopic("solo", 1, replica_assignment=[[victim]])])["solo"].result(30)
+    os.kill(again.pids[f"broker {victim}"], signal.SIGKILL)
+    wait_until(lambda: (lambda a: len(a["offline"]) == 1 and len(a["under_replicated"]) == 3)(
+        status_json(again)), 30, "solo offline, events under-replicated")
+    text = status(again)
+    assert text.returncode == cluster.EXIT_OFFLINE, text
+    assert "offline partitions:" in text.stdout and "under-replicated partitions:" in text.stdout
+    assert re.search(rf"^solo\s+0\s+-\s+{victim}\s", text.stdout, re.M), text.stdout
+    assert "2 brokers, 4 partitions: 3 under-replicated, 1 offline" in text.stdout, text
+    assert wait_until(lambda: any(f"broker {victim} exited" in line for line in again.lines),
+                      10, "the exit reported")
+
+    assert again.stop() == 0, "".join(again.lines)
+    for name, pid in again.pids.items():
+        assert wait_until(lambda pid=pid: not _alive(pid), 10, f"{name} gone")
+
+
+def test_refuses_a_directory_in_use(tmp_path: Path) -> None:
+    lock = (tmp_path / ".lock").open("w")  # as a running `up` holds it
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        refused = odradek("cluster", "up", "--data-dir", str(tmp_path), "--port-base", "0")
+    finally:
+        lock.close()
+    assert refused.returncode == 1, refused
+    assert "another `odradek cluster up` runs on" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+def test_status_of_no_cluster() -> None:
+    done = odradek("cluster", "status", "--bootstrap-server", "127.0.0.1:1", "--timeout", "1s")
+    assert done.returncode == 1, done
+    assert done.stderr.startswith("odradek cluster status: ") and "Traceback" not in done.stderr
+
+
+def test_up_usage_errors() -> None:
+    done = odradek("cluster", "up", "--set", "broker.id=7")
+    assert done.returncode == 2, done
+    assert "sets it for each broker itself" in done.stderr
+
