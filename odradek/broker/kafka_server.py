@@ -59,6 +59,7 @@ from odradek.storage.log_manager import LogManager
 log = logging.getLogger(__name__)
 
 META_PROPERTIES = "meta.properties"
+SLOW_SHUTDOWN_S = 15.0  # a shutdown longer than this logs what it still waits on
 
 
 class KafkaServer:
@@ -305,6 +306,14 @@ class KafkaServer:
 
     async def shutdown(self) -> None:
         log.info("broker %d shutting down", self.config.node_id)
+        watchdog = asyncio.create_task(_report_slow_shutdown(SLOW_SHUTDOWN_S))
+        try:
+            await self._shut_down()
+        finally:
+            watchdog.cancel()
+        log.info("broker %d stopped", self.config.node_id)
+
+    async def _shut_down(self) -> None:
         if (self.kafka_controller is not None and self.socket_server is not None
                 and self.config.get("controlled.shutdown.enable")):
             await self._controlled_shutdown()
@@ -332,7 +341,6 @@ class KafkaServer:
             await asyncio.to_thread(self.zk_store.close)
         if self.log_manager is not None:
             self.log_manager.shutdown()
-        log.info("broker %d stopped", self.config.node_id)
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -347,6 +355,27 @@ class KafkaServer:
             await self._stop.wait()
         finally:
             await self.shutdown()
+
+
+async def _report_slow_shutdown(after_s: float) -> None:
+    """Logs where a shutdown that takes longer than `after_s` waits, once: an operator
+    (or `cluster up`, which kills a broker that does not stop) then knows why."""
+    await asyncio.sleep(after_s)
+    current = asyncio.current_task()
+    stacks = []
+    for task in asyncio.all_tasks():
+        if task is current:
+            continue
+        frames = []
+        awaited: Any = task.get_coro()
+        while awaited is not None and getattr(awaited, "cr_frame", None) is not None:
+            frame = awaited.cr_frame  # the whole await chain, not just the task's own frame
+            frames.append(f"\n    {frame.f_code.co_filename}:{frame.f_lineno} "
+                          f"in {frame.f_code.co_name}")
+            awaited = awaited.cr_await
+        stacks.append(f"{task.get_name()}:{''.join(frames)}")
+    log.warning("shutdown still running after %.0f s; its tasks:\n%s", after_s,
+                "\n".join(stacks))
 
 
 def check_meta_properties(log_dir: Path, node_id: int, cluster_id: str) -> None:

@@ -382,8 +382,11 @@ class ReplicaFetcher:
         delays = [s.delay_until for s in self._states.values()
                   if s.delay_until is not None and s.state is not FetchState.FAILED]
         timeout = max(0.0, min(delays) - loop.time()) if delays else None
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancellation that
+        # comes as the wakeup does, and a stopped fetcher would then run on.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wakeup.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._wakeup.wait()
 
     def _current(self, state: _PartitionState) -> bool:
         """Whether `state` is still this partition's, after an await."""

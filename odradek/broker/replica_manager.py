@@ -95,7 +95,8 @@ class Purgatory:
         for tp in keys:
             self._waiters.setdefault(tp, set()).add(future)
         try:
-            await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):
+                await future
         except TimeoutError:
             pass
         finally:

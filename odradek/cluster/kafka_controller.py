@@ -156,7 +156,8 @@ class KafkaController:
 
         self._post(stop)
         try:
-            await asyncio.wait_for(done, 10)
+            async with asyncio.timeout(10):
+                await done
         except TimeoutError:
             log.warning("the controller did not resign in time")
         if self._worker is not None:
