@@ -72,6 +72,9 @@ def run_kafka_python(bootstrap: str, topic: str, group: str, opts: dict[str, str
         bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
         session_timeout_ms=int(opts.get("session_ms", "3000")), heartbeat_interval_ms=200,
         partition_assignment_strategy=[strategy],
+        # Its reconnect backoff grows to 30 s by default: a broker restarting under load
+        # would see the member back only after its session ran out.
+        reconnect_backoff_max_ms=1000,
         **({"group_instance_id": opts["instance_id"]} if "instance_id" in opts else {}))
 
     class Listener(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from odradek.protocol.records import iter_batch_headers
@@ -152,7 +152,18 @@ def consume_with_offsets(bootstrap: str, topic: str, partitions: Iterable[int]
     value) by partition."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "verifier",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    end_offsets = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1]
+
+    def high_watermark(p: int) -> tuple[int] | None:
+        # A broker back from a fault may answer Metadata before the controller's
+        # UpdateMetadata reaches it (as Kafka's may): unknown partition for a moment.
+        try:
+            return (consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1],)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError._UNKNOWN_PARTITION:
+                raise
+            return None
+
+    end_offsets = {p: wait_until(lambda p=p: high_watermark(p), 30, f"{topic}-{p}'s HW")[0]
                    for p in partitions}
     consumer.assign([TopicPartition(topic, p, 0) for p in end_offsets])
     got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in end_offsets}
