@@ -45,10 +45,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"odradek serve: invalid configuration: {e}", file=sys.stderr)
         return 2
     from odradek.broker.kafka_server import KafkaServer  # here: client commands start faster
+    from odradek.server.allocator import keep_large_buffers_in_heap
 
     loop_factory = _loop_factory()
     logging.getLogger("odradek").info(
-        "event loop: %s", "uvloop" if loop_factory is not None else "asyncio")
+        "event loop: %s; large buffers reused from the heap: %s",
+        "uvloop" if loop_factory is not None else "asyncio", keep_large_buffers_in_heap())
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(KafkaServer(config).run())
