@@ -152,7 +152,8 @@ class KafkaController:
 
         async def stop() -> None:
             await self._resign(delete_znode=True)
-            done.set_result(None)
+            if not done.done():  # given up on after its timeout
+                done.set_result(None)
 
         self._post(stop)
         try:
