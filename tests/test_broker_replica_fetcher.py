@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -559,6 +560,37 @@ def test_removed_partitions_are_not_fetched_and_idle_fetchers_stop(
                 add(manager, parts[1], 0)
             await asyncio.to_thread(produce, leader, values("s", 1), 0)
             assert parts[0].log_end_offset == 5
+        finally:
+            await manager.shutdown()
+
+    run(body)
+
+
+def test_a_fetcher_stopped_as_its_wakeup_comes_stops(follower: Follower) -> None:
+    """Removing a fetcher's last partition wakes it and stops it in the same step. It
+    stops: on Python 3.11, asyncio.wait_for lost such a cancellation, the fetcher ran on
+    and the broker's shutdown waited for it forever (found by `cluster up`'s test)."""
+    with socket.socket() as unused:  # a port nobody listens on: every Fetch fails
+        unused.bind((HOST, 0))
+        port = unused.getsockname()[1]
+
+    async def body() -> None:
+        manager = ReplicaFetcherManager(
+            FOLLOWER, lambda broker_id: (HOST, port),
+            FetcherConfig(fetch_backoff_ms=60_000, fetch_wait_max_ms=200),
+            client_factory=lambda client_id: InterBrokerClient(
+                client_id=client_id, request_timeout_ms=30_000, reconnect_backoff_max_ms=200))
+        try:
+            partition = follower.partition(uuid.uuid4(), 0)
+            add(manager, partition, 0)
+            fetcher = manager.fetchers[LEADER]
+            # Backing off after the failed Fetch: waiting for work, for up to a minute.
+            await wait_until(lambda: manager.status()[TP].state == "delayed", "the backoff")
+            await asyncio.sleep(0.05)
+            assert fetcher.task is not None
+            manager.remove_partitions([TP])
+            await asyncio.wait({fetcher.task}, timeout=5)
+            assert fetcher.task.cancelled()
         finally:
             await manager.shutdown()
 
