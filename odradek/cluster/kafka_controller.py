@@ -195,8 +195,8 @@ class KafkaController:
                 future.set_result(await event())
             except BaseException as e:
                 future.set_exception(e)
-                if isinstance(e, ControllerMovedError):
-                    raise
+                if isinstance(e, (ControllerMovedError, asyncio.CancelledError)):
+                    raise  # the worker stops (cancelled), or resigns
 
         self._post(run)
         return await future
