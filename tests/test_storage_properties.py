@@ -101,6 +101,11 @@ ModelRecord = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | Non
 
 # ---- strategies ---------------------------------------------------------------------------
 
+# A passing run takes seconds. A failing one then shrinks its example for up to Hypothesis's
+# own limit (5 minutes): past pytest's default timeout, CI would show the timeout instead
+# of the example.
+pytestmark = pytest.mark.timeout(600)
+
 
 def _noise(size: int, seed: int) -> bytes:
     return random.Random(seed).randbytes(size)
