@@ -127,6 +127,9 @@ def test_pids_left_by_an_earlier_run(tmp_path: Path) -> None:
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
                                 str(tmp_path / "broker-1")])
     try:
+        # Until it has exec'd, the child's command line is still this process's.
+        wait_until(lambda: str(tmp_path).encode() in Path(
+            f"/proc/{sleeper.pid}/cmdline").read_bytes(), 10, "the sleeper's exec")
         pids.add("broker-1", sleeper.pid)
         with pytest.raises(CliError, match=rf"broker-1 \(pid {sleeper.pid}\)"):
             cluster._Pids(tmp_path / "pids").check_none_left()
