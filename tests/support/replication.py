@@ -185,7 +185,8 @@ def check_no_acknowledged_write_lost(cluster: Cluster, topic: str,
     """Every acknowledged record is at its offset, none twice, in production order, and
     every replica's log is the leader's."""
     assert not producer.errors, producer.errors[:5]
-    shown = wait_until(lambda: full_isr(cluster, topic), what=f"{topic} with full ISRs")
+    shown = wait_until(lambda: agreed_full_isr(cluster, topic),
+                       what=f"{topic} with full ISRs in every live broker's metadata")
     consumed = consume_with_offsets(cluster.bootstrap, topic, producer.acked)
     for p, acked in producer.acked.items():
         at = dict(consumed[p])
@@ -207,12 +208,24 @@ def check_no_acknowledged_write_lost(cluster: Cluster, topic: str,
                        what=f"broker {follower}'s copy of {topic}-{p} equal to the leader's")
 
 
-def full_isr(cluster: Cluster, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
-    shown = cluster.partitions(topic)
+def full_isr(cluster: Cluster, topic: str, broker_id: int | None = None
+             ) -> dict[int, tuple[int, list[int], list[int]]]:
+    shown = cluster.partitions(topic, broker_id)
     if shown and all(leader >= 0 and sorted(isr) == sorted(replicas)
                      for leader, replicas, isr in shown.values()):
         return shown
     return {}
+
+
+def agreed_full_isr(cluster: Cluster, topic: str
+                    ) -> dict[int, tuple[int, list[int], list[int]]]:
+    """full_isr, as every live broker shows it: one broker back from a fault may still
+    show the leaders and ISRs from before it, until the controller's UpdateMetadata."""
+    try:
+        views = [full_isr(cluster, topic, b) for b in cluster.live()]
+    except KafkaException:  # a broker not answering yet
+        return {}
+    return views[0] if views and all(v == views[0] for v in views) else {}
 
 
 def controller_id(cluster: Cluster) -> int:
