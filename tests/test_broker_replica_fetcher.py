@@ -22,7 +22,8 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from types import SimpleNamespace
+from typing import Any, Protocol, TypeVar
 
 import pytest
 from confluent_kafka import Producer, TopicCollection, TopicPartition
@@ -214,7 +215,11 @@ def follower_batches(partition: Partition) -> list[Batch]:
     return batches_in(partition.log.directory)
 
 
-def new_manager(broker: BrokerProcess, clients: list[InterBrokerClient] | None = None,
+class Listening(Protocol):
+    port: int
+
+
+def new_manager(broker: Listening, clients: list[InterBrokerClient] | None = None,
                 **settings: int) -> ReplicaFetcherManager:
     config = FetcherConfig(**{"fetch_backoff_ms": 50, "fetch_wait_max_ms": 200, **settings})
 
@@ -575,11 +580,7 @@ def test_a_fetcher_stopped_as_its_wakeup_comes_stops(follower: Follower) -> None
         port = unused.getsockname()[1]
 
     async def body() -> None:
-        manager = ReplicaFetcherManager(
-            FOLLOWER, lambda broker_id: (HOST, port),
-            FetcherConfig(fetch_backoff_ms=60_000, fetch_wait_max_ms=200),
-            client_factory=lambda client_id: InterBrokerClient(
-                client_id=client_id, request_timeout_ms=30_000, reconnect_backoff_max_ms=200))
+        manager = new_manager(SimpleNamespace(port=port), fetch_backoff_ms=60_000)
         try:
             partition = follower.partition(uuid.uuid4(), 0)
             add(manager, partition, 0)

@@ -99,12 +99,12 @@ INDEX_BYTES = 4096  # never fills in these runs: index-full rolls are not modell
 # A record of the model: offset, key, value, headers, timestamp (the decoded, absolute one).
 ModelRecord = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]], int]
 
-# ---- strategies ---------------------------------------------------------------------------
-
 # A passing run takes seconds. A failing one then shrinks its example for up to Hypothesis's
 # own limit (5 minutes): past pytest's default timeout, CI would show the timeout instead
 # of the example.
 pytestmark = pytest.mark.timeout(600)
+
+# ---- strategies ---------------------------------------------------------------------------
 
 
 def _noise(size: int, seed: int) -> bytes:
