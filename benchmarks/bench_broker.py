@@ -2,6 +2,7 @@
 
 Run: .venv/bin/python benchmarks/bench_broker.py [--quick] [--only CASES] [--loops LOOPS]
      [--seconds S | --records N] [--producers N] [--profile py-spy|py-spy-native|cprofile]
+     [--compare-validation [--rounds N]]
      (a full run takes about 3-4 minutes; --quick about 1.5)
 
 The script starts its own broker (`python -m odradek serve` on 127.0.0.1, a free port, its
@@ -39,6 +40,10 @@ to --quiet-wait seconds for other processes to go quiet. MB/s/core is the throug
 core of broker CPU: what one broker event loop with a core to itself would carry. Figures
 are printed as ratios to the limits where that makes sense. Throughputs are MB/s of 10^6
 bytes of record values.
+
+--compare-validation runs the produce cases only (with --only, those it selects), against a
+broker with odradek.record.validation.enable=false and then one with it true, --rounds
+times over, and prints validated / unvalidated records/s per case (issue 14: >= 0.85x).
 
 --loops runs cases 1-4 against a broker on each event loop (ODRADEK_EVENT_LOOP=asyncio or
 uvloop, which `odradek serve` honours; the loop in use is read from the broker's mappings)
@@ -93,6 +98,9 @@ TARGET_CONSUME_1K_MBPS = 600.0
 TARGET_PRODUCE_100B_RPS = 550_000.0
 TARGET_E2E_P99_MS = 10.0
 TARGET_RSS_MIB = 150.0
+# Issue 14: produce throughput with the leader's record walk on, over the same with it off.
+TARGET_VALIDATION_RATIO = 0.85
+VALIDATION_SETTING = "odradek.record.validation.enable"
 
 PRODUCER_SETTINGS: dict[str, Any] = {
     "linger.ms": 5,
@@ -1084,18 +1092,23 @@ def rss_case(tmp: Path, loop: str, options: Options) -> CaseResult:
 
 
 def run_suite(ctx: SpawnContext, tmp: Path, loop: str, cases: list[str],
-              options: Options) -> list[CaseResult]:
+              options: Options, settings: dict[str, str] | None = None,
+              label: str = "") -> list[CaseResult]:
+    """The cases against one broker on `loop` (plus `settings`); `label` names the broker's
+    data directory and profile, and is kept in each result's extra["label"]."""
     results: list[CaseResult] = []
     need_broker = [c for c in cases if c not in ("limits", "rss")]
+    name = f"{loop}-{label}" if label else loop
     if need_broker:
         cprofile = None
         if options.profile == "cprofile":
             options.profile_dir.mkdir(parents=True, exist_ok=True)
-            cprofile = options.profile_dir / f"broker-{loop}.prof"
-        broker = BenchBroker(tmp / f"data-{loop}", loop, cprofile).start()
+            cprofile = options.profile_dir / f"broker-{name}.prof"
+        broker = BenchBroker(tmp / f"data-{name}", loop, cprofile, settings).start()
         actual = broker.event_loop()
-        print(f"\n== broker on {actual} (ODRADEK_EVENT_LOOP={loop}), pid {broker.pid}, "
-              f"{broker.bootstrap} ==")
+        shown_settings = "".join(f", {k}={v}" for k, v in (settings or {}).items())
+        print(f"\n== broker on {actual} (ODRADEK_EVENT_LOOP={loop}{shown_settings}), pid "
+              f"{broker.pid}, {broker.bootstrap} ==")
         if loop != "default" and actual != loop:
             print(f"  warning: asked for {loop}, the broker runs {actual}")
         suite = Suite(ctx, options, broker, actual)
@@ -1107,6 +1120,7 @@ def run_suite(ctx: SpawnContext, tmp: Path, loop: str, cases: list[str],
                     r = suite.consume(case)
                 else:
                     r = suite.e2e()
+                r.extra["label"] = label
                 print_progress(r)
                 results.append(r)
         except BaseException:
@@ -1262,6 +1276,46 @@ def print_comparison(results: list[CaseResult]) -> None:
                   (ratio, 16), (cost_ratio, 11)))
 
 
+def run_validation_comparison(ctx: SpawnContext, tmp: Path, loop: str, cases: list[str],
+                              options: Options, rounds: int) -> list[CaseResult]:
+    """The produce cases against a broker with the record walk off, then one with it on,
+    `rounds` times over (alternating, so that a machine that slows down or speeds up
+    meanwhile weighs on both); each case's best round of each is compared."""
+    produce = [c for c in cases if c.startswith("produce-")]
+    if not produce:
+        raise SystemExit("--compare-validation: --only selects no produce case")
+    results: list[CaseResult] = []
+    for _ in range(rounds):
+        for enabled in ("false", "true"):
+            label = "validated" if enabled == "true" else "unvalidated"
+            results += run_suite(ctx, tmp, loop, produce, options,
+                                 {VALIDATION_SETTING: enabled}, label)
+    return results
+
+
+def print_validation_comparison(results: list[CaseResult]) -> None:
+    print()
+    print(f"Record validation ({VALIDATION_SETTING}): the best round of each, records/s; "
+          "cost: broker CPU per record")
+    widths = [("case", 21), ("off", 12), ("cost", 10), ("on", 12), ("cost", 10),
+              ("on/off", 8), ("target", 9), ("", 6)]
+    line = row(*widths)
+    print(line)
+    print("-" * len(line))
+    for case in dict.fromkeys(r.case for r in results):
+        best = {}
+        for label in ("unvalidated", "validated"):
+            runs = [r for r in results if r.case == case and r.extra.get("label") == label]
+            best[label] = max(runs, key=lambda r: r.rps)
+        off, on = best["unvalidated"], best["validated"]
+        ratio = on.rps / off.rps if off.rps else 0.0
+        cost = [f"{r.broker_cores / r.rps * 1e6:.2f} us" if r.rps else "" for r in (off, on)]
+        verdict = "PASS" if ratio >= TARGET_VALIDATION_RATIO else "FAIL"
+        print(row((case, 21), (f"{off.rps:,.0f}", 12), (cost[0], 10), (f"{on.rps:,.0f}", 12),
+                  (cost[1], 10), (f"{ratio:.2f}x", 8), (f">= {TARGET_VALIDATION_RATIO}", 9),
+                  (verdict, 6)))
+
+
 def select_cases(only: str) -> list[str]:
     wanted: list[str] = []
     for token in only.split(","):
@@ -1320,8 +1374,17 @@ def main() -> None:
                         help="seconds to wait before each case for other processes to use "
                         "less than a quarter of a core (0: do not wait)")
     parser.add_argument("--json", type=Path, help="also write the results to this file")
+    parser.add_argument("--compare-validation", action="store_true",
+                        help=f"run only the produce cases, against a broker with "
+                        f"{VALIDATION_SETTING}=false and one with it true (on the first of "
+                        "--loops), and print the ratio (issue 14's target: >= "
+                        f"{TARGET_VALIDATION_RATIO}x)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="--compare-validation: off/on brokers this many times over")
     args = parser.parse_args()
     cases = select_cases(args.only)
+    if args.compare_validation:
+        cases = [c for c in cases if c.startswith("produce-")]
     quick = args.quick
     loops = [s.strip() for s in args.loops.split(",") if s.strip()] or available_loops()
     for loop in loops:
@@ -1394,11 +1457,16 @@ def run(args: argparse.Namespace, options: Options, cases: list[str], loops: lis
               f"dirty pages peaked at {disk['dirty_peak'] / 2**30:.1f} GiB")
 
     results: list[CaseResult] = []
-    for loop in loops:
-        results += run_suite(ctx, tmp, loop, [c for c in cases if c != "limits"], options)
-
-    print_table(results, limits)
-    print_comparison(results)
+    if args.compare_validation:
+        results = run_validation_comparison(ctx, tmp, loops[0], cases, options,
+                                            max(1, args.rounds))
+        print_table(results, limits)
+        print_validation_comparison(results)
+    else:
+        for loop in loops:
+            results += run_suite(ctx, tmp, loop, [c for c in cases if c != "limits"], options)
+        print_table(results, limits)
+        print_comparison(results)
     for r in results:
         if r.case == "rss":
             top = ", ".join(f"{name} {size / MIB:.1f}" for name, size in r.extra["mappings"])

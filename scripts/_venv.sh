@@ -16,3 +16,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
 fi
+# `pip install -e .` compiles odradek/protocol/_record_walker.c: it needs a C compiler and
+# $PYTHON's headers, which Debian's python3 keeps in python3-dev.
+if ! command -v cc >/dev/null 2>&1 || ! "$PYTHON" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+  source "$(dirname "${BASH_SOURCE[0]}")/_debian.sh"
+  debian_install gcc libc6-dev python3-dev
+fi

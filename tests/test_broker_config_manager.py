@@ -3,6 +3,7 @@ configs kept in the metadata store and loaded again, and what a change tells the
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +30,16 @@ TOPIC, BROKER = 2, 4
 class NoPartitions:
     """The controller's PartitionListener, for a broker without logs."""
 
-    def become_leader(self, topic: Any, partitions: list[int]) -> None: ...
+    async def become_leader(self, topic: Any, partitions: list[int]) -> None: ...
 
-    def remove_partitions(self, topic: Any) -> None: ...
+    async def remove_partitions(self, topic: Any) -> None: ...
 
     def topic_config_changed(self, topic: Any) -> None: ...
 
 
 def manager(tmp_path: Path, config: BrokerConfig | None = None) -> ConfigManager:
     controller = Controller(1, EmbeddedMetadataStore(tmp_path))
-    controller.startup(NoPartitions())
+    asyncio.run(controller.startup(NoPartitions()))
     return ConfigManager(config or BrokerConfig.default(), controller)
 
 
@@ -48,7 +49,8 @@ def incremental(configs: ConfigManager, name: str, ops: list[tuple[str, int, str
         iac.AlterConfigsResource(resource_type=BROKER, resource_name=name, configs=[
             iac.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops])])
     request = decode_request(encode_request(body, 1, correlation_id=1)[4:])
-    (response,) = configs.handle_incremental_alter_configs(request, None).responses  # type: ignore[arg-type,attr-defined]
+    (response,) = asyncio.run(configs.handle_incremental_alter_configs(
+        request, None)).responses  # type: ignore[arg-type,attr-defined]
     return response.error_code, response.error_message
 
 
@@ -139,7 +141,8 @@ def alter_topic(configs: ConfigManager, name: str, ops: list[tuple[str, int, str
         iac.AlterConfigsResource(resource_type=TOPIC, resource_name=name, configs=[
             iac.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops])])
     request = decode_request(encode_request(body, 1, correlation_id=1)[4:])
-    (response,) = configs.handle_incremental_alter_configs(request, None).responses  # type: ignore[arg-type,attr-defined]
+    (response,) = asyncio.run(configs.handle_incremental_alter_configs(
+        request, None)).responses  # type: ignore[arg-type,attr-defined]
     return response.error_code, response.error_message
 
 
@@ -189,7 +192,7 @@ def test_topic_configs_without_a_broker_default(tmp_path: Path) -> None:
 
 def test_alter_kafka_only_topic_configs(tmp_path: Path) -> None:
     configs = manager(tmp_path)
-    configs.controller.create_topic("t", 2, 1, {})
+    asyncio.run(configs.controller.create_topic("t", 2, 1, {}))
     # What kafka-reassign-partitions.sh does around a reassignment: set the throttles, then
     # remove them.
     throttle = [("leader.replication.throttled.replicas", AlterConfigOp.SET, "0:1,1:1"),

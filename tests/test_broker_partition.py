@@ -503,7 +503,7 @@ def test_an_answer_for_a_partition_no_longer_hosted_is_dropped(
     old = manager.make_leader(TOPIC, 0, TOPIC_ID, state())
     clock.now += LAG_MS + 1
     manager.maybe_shrink_isrs()
-    manager.stop_replicas([(TP, True)])  # deleted, then created again
+    asyncio.run(manager.stop_replicas([(TP, True)]))  # deleted, then created again
     new = manager.make_leader(TOPIC, 0, TOPIC_ID, state())
     manager.alter_partition_completed(old, 0, 0, ErrorCode.NONE,
                                       state(isr=(ME,), partition_epoch=1))
@@ -615,7 +615,7 @@ def test_acks_all_fails_when_the_partition_becomes_a_follower_meanwhile(
     async def body() -> dict[Any, ProducePartitionResult]:
         produce = produce_task(manager, 10)
         await settle()
-        errors = manager.become_leader_or_follower(
+        errors = await manager.become_leader_or_follower(
             [(TOPIC, TOPIC_ID, 0, state(leader=F2, epoch=1))], {TOPIC: 1})
         assert errors == {}
         return await produce
@@ -633,7 +633,7 @@ def test_acks_all_fails_when_the_partition_is_deleted_meanwhile(
     async def body() -> dict[Any, ProducePartitionResult]:
         produce = produce_task(manager, 10)
         await settle()
-        assert manager.stop_replicas([(TP, True)]) == {}
+        assert await manager.stop_replicas([(TP, True)]) == {}
         return await produce
 
     assert run(body)[TP].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -645,7 +645,7 @@ def test_stop_replica_without_delete_keeps_the_partition(
         logs: LogManager, clock: FakeClock) -> None:
     manager = new_replica_manager(logs, clock)
     p = manager.make_leader(TOPIC, 0, TOPIC_ID, state())
-    assert manager.stop_replicas([(TP, False)]) == {}
+    assert asyncio.run(manager.stop_replicas([(TP, False)])) == {}
     assert manager.partitions[TP] is p and logs.get_log(TOPIC, 0) is p.log
 
 
@@ -710,8 +710,8 @@ def test_truncation_lowers_the_follower_hw(logs: LogManager, clock: FakeClock) -
 
 def test_a_follower_refuses_consumers_and_producers(logs: LogManager, clock: FakeClock) -> None:
     manager = new_replica_manager(logs, clock)
-    assert manager.become_leader_or_follower(
-        [(TOPIC, TOPIC_ID, 0, state(leader=F2, epoch=3))], {TOPIC: 1}) == {}
+    assert asyncio.run(manager.become_leader_or_follower(
+        [(TOPIC, TOPIC_ID, 0, state(leader=F2, epoch=3))], {TOPIC: 1})) == {}
     assert run(lambda: fetch(manager, CONSUMER, 0)).error_code == \
         ErrorCode.NOT_LEADER_OR_FOLLOWER
     for acks in (1, -1):
@@ -743,7 +743,8 @@ class FakeFetchers:
 
 def lead_or_follow(manager: ReplicaManager, s: PartitionState, topic_id: UUID | None = TOPIC_ID,
                    index: int = 0) -> dict[tuple[str, int], int]:
-    return manager.become_leader_or_follower([(TOPIC, topic_id, index, s)], {TOPIC: 2})
+    return asyncio.run(manager.become_leader_or_follower([(TOPIC, topic_id, index, s)],
+                                                         {TOPIC: 2}))
 
 
 def test_a_stale_leader_epoch_is_refused(logs: LogManager, clock: FakeClock) -> None:
@@ -802,10 +803,10 @@ def test_leadership_listeners_hear_led_and_resigned(logs: LogManager, clock: Fak
     manager = new_replica_manager(logs, clock)
     told: list[tuple[str, int, list[int], list[int]]] = []
     manager.add_leadership_listener(lambda *args: told.append(args))
-    errors = manager.become_leader_or_follower([
+    errors = asyncio.run(manager.become_leader_or_follower([
         (TOPIC, TOPIC_ID, 0, state(epoch=1)),
         (TOPIC, TOPIC_ID, 1, state(leader=F2, epoch=1)),
-    ], {TOPIC: 2})
+    ], {TOPIC: 2}))
     assert errors == {}
     assert told == [(TOPIC, 2, [0], [])]  # 1 was never led: nothing resigned
     lead_or_follow(manager, state(leader=F3, epoch=2))

@@ -348,6 +348,28 @@ def _build(records: list, codec: int, now: int) -> tuple[bytes, list[ModelRecord
     return data, expected
 
 
+def _refusal(built: list[tuple[bytes, list[ModelRecord]]], config: LogConfig, now: int,
+             ) -> type[Exception] | None:
+    """What Kafka's LogValidator refuses the request with, batch by batch: a late record
+    (CreateTime) makes it INVALID_TIMESTAMP, else a record without a key on a compacted topic
+    INVALID_RECORD; a record without a key is not checked for its timestamp."""
+    create_time = config.message_timestamp_type == "CreateTime"
+    for _, records in built:
+        no_key = late = False
+        for _, key, _, _, ts in records:
+            if config.compact and key is None:
+                no_key = True
+            elif create_time and ts != NO_TIMESTAMP and (
+                    now - ts > config.message_timestamp_before_max_ms
+                    or ts - now > config.message_timestamp_after_max_ms):
+                late = True
+        if late:
+            return InvalidTimestampError
+        if no_key:
+            return InvalidRecordError
+    return None
+
+
 def _decoded(batch: bytes) -> list[ModelRecord]:
     return [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in decode_records(batch)]
 
@@ -429,21 +451,13 @@ class LogMachine(RuleBasedStateMachine):
         buf = bytearray(b"".join(data for data, _ in built))
         append_time = config.message_timestamp_type == "LogAppendTime"
         headers = [RecordBatchHeader.parse(data) for data, _ in built]
-        late = any(
-            ts != NO_TIMESTAMP and ts - now > config.message_timestamp_after_max_ms
-            for h in headers
-            for ts in (h.base_timestamp, h.max_timestamp)
-        )
-        if late and not append_time:
-            with pytest.raises(InvalidTimestampError):
+        refused = _refusal(built, config, now)
+        if refused is not None:
+            with pytest.raises(refused):
                 self.log.append_as_leader(buf)
             return
         if len(buf) > config.segment_bytes:
             with pytest.raises(RecordBatchTooLargeError):
-                self.log.append_as_leader(buf)
-            return
-        if config.compact and any(r[0] is None for records, _, _ in batches for r in records):
-            with pytest.raises(InvalidRecordError, match="without key"):
                 self.log.append_as_leader(buf)
             return
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -85,17 +86,17 @@ class AdminManager:
 
     # ---- CreateTopics / DeleteTopics --------------------------------------------------
 
-    def handle_create_topics(self, request: Request, context: RequestContext) -> Message:
+    async def handle_create_topics(self, request: Request, context: RequestContext) -> Message:
         body = cast(create_topics_request.CreateTopicsRequest, request.body)
         version = request.api_version
-        names = [t.name for t in body.topics]
+        names = Counter(t.name for t in body.topics)  # list.count per topic: O(n^2)
         results = []
         for t in body.topics:
             result = create_topics_response.CreatableTopicResult(name=t.name)
             try:
-                if names.count(t.name) > 1:
+                if names[t.name] > 1:
                     raise InvalidRequestError(f"topic {t.name!r} is named twice in the request")
-                self._create_topic(t, body.validate_only, result, version)
+                await self._create_topic(t, body.validate_only, result, version)
             except KafkaError as e:
                 result.error_code = int(e.error_code)
                 result.error_message = str(e)
@@ -104,8 +105,9 @@ class AdminManager:
             results.append(result)
         return create_topics_response.CreateTopicsResponse(topics=results)
 
-    def _create_topic(self, t: Any, validate_only: bool,
-                      result: create_topics_response.CreatableTopicResult, version: int) -> None:
+    async def _create_topic(self, t: Any, validate_only: bool,
+                            result: create_topics_response.CreatableTopicResult,
+                            version: int) -> None:
         partitions = t.num_partitions
         replication_factor = t.replication_factor
         assignments = None
@@ -131,8 +133,8 @@ class AdminManager:
             controller.check_new_topic(t.name, partitions, replication_factor, assignments)
             result.topic_id = ZERO_UUID
         else:
-            topic = controller.create_topic(t.name, partitions, replication_factor, configs,
-                                            assignments)
+            topic = await controller.create_topic(t.name, partitions, replication_factor,
+                                                  configs, assignments)
             result.topic_id = topic.topic_id
         if assignments:
             partitions = len(assignments)
@@ -147,7 +149,7 @@ class AdminManager:
                 for e in self.configs.topic_config_entries(configs)
             ]
 
-    def handle_delete_topics(self, request: Request, context: RequestContext) -> Message:
+    async def handle_delete_topics(self, request: Request, context: RequestContext) -> Message:
         body = cast(delete_topics_request.DeleteTopicsRequest, request.body)
         version = request.api_version
         wanted = ([(t.name, t.topic_id) for t in body.topics] if version >= 6
@@ -169,7 +171,7 @@ class AdminManager:
                                                      "(delete.topic.enable=false)")
                 if is_internal(name):
                     raise InvalidTopicError(f"the internal topic {name} cannot be deleted")
-                deleted = self.controller.delete_topic(name)
+                deleted = await self.controller.delete_topic(name)
                 if version >= 6:
                     result.topic_id = deleted.topic_id
             except KafkaError as e:
@@ -180,10 +182,11 @@ class AdminManager:
 
     # ---- CreatePartitions -------------------------------------------------------------
 
-    def handle_create_partitions(self, request: Request, context: RequestContext) -> Message:
+    async def handle_create_partitions(self, request: Request,
+                                       context: RequestContext) -> Message:
         body = cast(create_partitions_request.CreatePartitionsRequest, request.body)
-        names = [t.name for t in body.topics]
-        duplicates = list(dict.fromkeys(n for n in names if names.count(n) > 1))
+        names = Counter(t.name for t in body.topics)
+        duplicates = [n for n, count in names.items() if count > 1]
         results = []
         for t in body.topics:
             if t.name in duplicates:
@@ -193,8 +196,8 @@ class AdminManager:
             assignments = (None if t.assignments is None
                            else [list(a.broker_ids) for a in t.assignments])
             try:
-                self.controller.create_partitions(t.name, t.count, assignments,
-                                                  body.validate_only)
+                await self.controller.create_partitions(t.name, t.count, assignments,
+                                                        body.validate_only)
             except KafkaError as e:
                 result.error_code = int(e.error_code)
                 result.error_message = str(e) or None

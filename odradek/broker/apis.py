@@ -27,6 +27,7 @@ from odradek.broker.replica_manager import (
     ReplicaManager,
 )
 from odradek.cluster.controller import Controller
+from odradek.cluster.slices import Slices
 from odradek.cluster.topics import TopicExistsError, is_internal, validate_topic_name
 from odradek.coordinator.group.apis import GroupApis
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
@@ -49,7 +50,7 @@ from odradek.protocol.messages.describe_cluster_request import DescribeClusterRe
 from odradek.protocol.messages.fetch_request import FetchRequest
 from odradek.protocol.messages.init_producer_id_request import InitProducerIdRequest
 from odradek.protocol.messages.list_offsets_request import ListOffsetsRequest
-from odradek.protocol.messages.metadata_request import MetadataRequest
+from odradek.protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
 from odradek.protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
 from odradek.protocol.messages.produce_request import ProduceRequest
 from odradek.protocol.primitives import ZERO_UUID
@@ -82,6 +83,18 @@ def supported_range(api_key: int) -> tuple[int, int]:
     if spec.deprecated_versions is not None and spec.deprecated_versions[0] <= low:
         low = spec.deprecated_versions[1] + 1
     return _FLOOR_OVERRIDES.get(api_key, low), spec.max_version
+
+
+def _metadata_invalid_request(
+        requested: list[MetadataRequestTopic]) -> metadata_response.MetadataResponse:
+    """Kafka 3.9's answer to a Metadata v10/v11 request naming a topic by id (a null name
+    or a topic id): those versions cannot carry a null name in the response, so KafkaApis
+    throws InvalidRequestException and MetadataRequest.getErrorResponse answers
+    INVALID_REQUEST for every topic asked, a null name written as ""."""
+    return metadata_response.MetadataResponse(topics=[
+        metadata_response.MetadataResponseTopic(
+            error_code=ErrorCode.INVALID_REQUEST, name=t.name or "", topic_id=t.topic_id)
+        for t in requested], controller_id=-1, cluster_id=None)
 
 
 class KafkaApis:
@@ -143,15 +156,22 @@ class KafkaApis:
     def _endpoint(self, broker_id: int, context: RequestContext) -> tuple[str, int] | None:
         return self.metadata_cache.endpoint(broker_id, context.listener_name)
 
-    def handle_metadata(self, request: Request, context: RequestContext) -> Message:
+    async def handle_metadata(self, request: Request, context: RequestContext) -> Message:
         body = cast(MetadataRequest, request.body)
         version = request.api_version
         cache = self.metadata_cache
         requested = body.topics
         listener = context.listener_name
+        if version < 12 and requested and any(
+                t.name is None or t.topic_id != ZERO_UUID for t in requested):
+            return _metadata_invalid_request(requested)
         if requested is None or (version == 0 and not requested):
-            topics = [self._topic_metadata(name, listener, version)
-                      for name in list(cache.topics)]
+            topics = []
+            slices = Slices()  # thousands of topics: a slice of them at a time
+            for name in list(cache.topics):
+                if name in cache.topics:  # not deleted while this one waited
+                    topics.append(self._topic_metadata(name, listener, version))
+                await slices.pause()
         else:
             allow_create = (body.allow_auto_topic_creation if version >= 4 else True) and (
                 self.config.auto_create_topics_enable)
@@ -164,7 +184,14 @@ class KafkaApis:
                                       error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None,
                                       topic_id=wanted.topic_id))
                     continue
-                topics.append(self._topic_metadata(wanted.name, listener, version, allow_create))
+                missing: int = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                if (allow_create and wanted.name not in cache.topics
+                        and not is_internal(wanted.name)):
+                    # Until the controller has elected its leaders (ZooKeeper) the new
+                    # topic is LEADER_NOT_AVAILABLE, and clients ask again.
+                    missing = (await self._auto_create(wanted.name)
+                               or ErrorCode.LEADER_NOT_AVAILABLE)
+                topics.append(self._topic_metadata(wanted.name, listener, version, missing))
         if body.include_topic_authorized_operations:
             for t in topics:
                 if t.error_code == ErrorCode.NONE:
@@ -182,18 +209,13 @@ class KafkaApis:
         )
 
     def _topic_metadata(self, name: str, listener: str, version: int,
-                        allow_create: bool = False) -> metadata_response.MetadataResponseTopic:
+                        missing: int = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                        ) -> metadata_response.MetadataResponseTopic:
+        """The topic as Metadata shows it; `missing` is the error if it does not exist."""
         cache = self.metadata_cache
         topic = cache.topics.get(name)
         if topic is None:
-            error: int = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            if allow_create and not is_internal(name):
-                # Until the controller has elected its leaders (ZooKeeper) the new topic
-                # is LEADER_NOT_AVAILABLE, and clients ask again.
-                error = self._auto_create(name) or ErrorCode.LEADER_NOT_AVAILABLE
-                topic = cache.topics.get(name)
-            if topic is None:
-                return metadata_response.MetadataResponseTopic(error_code=error, name=name)
+            return metadata_response.MetadataResponseTopic(error_code=missing, name=name)
         partitions = []
         for p, s in sorted(topic.partitions.items()):
             partition = metadata_response.MetadataResponsePartition(
@@ -214,11 +236,11 @@ class KafkaApis:
             name=name, topic_id=topic.topic_id, is_internal=is_internal(name),
             partitions=partitions)
 
-    def _auto_create(self, name: str) -> int:
+    async def _auto_create(self, name: str) -> int:
         """Creates a topic a Metadata request names; NONE or the error to answer with."""
         try:
             validate_topic_name(name)
-            self.controller.create_topic(
+            await self.controller.create_topic(
                 name, self.config.num_partitions, self.config.default_replication_factor, {})
         except TopicExistsError:
             pass  # another broker created it meanwhile: this one learns of it shortly
@@ -284,10 +306,16 @@ class KafkaApis:
                         index=p.index, error_code=code, error_message=message))
                     continue
                 r = results[tp]
+                # v8+: which records failed, so the producer fails those alone (older
+                # versions drop the field: it is ignorable).
+                record_errors = [produce_response.BatchIndexAndErrorMessage(
+                    batch_index=index, batch_index_error_message=message)
+                    for index, message in r.record_errors]
                 out.append(produce_response.PartitionProduceResponse(
                     index=p.index, error_code=r.error_code, base_offset=r.base_offset,
                     log_append_time_ms=r.log_append_time_ms,
-                    log_start_offset=r.log_start_offset, error_message=r.error_message))
+                    log_start_offset=r.log_start_offset, record_errors=record_errors,
+                    error_message=r.error_message))
         return produce_response.ProduceResponse(responses=[
             produce_response.TopicProduceResponse(name=n, partition_responses=ps)
             for n, ps in responses.items()
@@ -433,7 +461,8 @@ class KafkaApis:
 
     # ---- InitProducerId ----------------------------------------------------------------
 
-    def handle_init_producer_id(self, request: Request, context: RequestContext) -> Message:
+    async def handle_init_producer_id(self, request: Request,
+                                      context: RequestContext) -> Message:
         body = cast(InitProducerIdRequest, request.body)
         if body.transactional_id is not None:
             return init_producer_id_response.InitProducerIdResponse(
@@ -442,5 +471,5 @@ class KafkaApis:
         # An idempotent producer (no transactional id) gets a fresh producer id each time,
         # also when it asks to bump its epoch (KIP-360): Kafka does the same.
         return init_producer_id_response.InitProducerIdResponse(
-            producer_id=self.producer_ids.generate(), producer_epoch=0)
+            producer_id=await self.producer_ids.generate(), producer_epoch=0)
 

@@ -21,6 +21,7 @@ Kafka answers it when the broker has no remote log storage system enabled.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -99,6 +100,8 @@ class ConfigManager:
         self.config = config  # the one in force, dynamic layers included
         self.controller = controller
         self.on_broker_config_change: BrokerConfigListener | None = None
+        # One resource's change at a time: each reads what the one before it stored.
+        self._altering = asyncio.Lock()
 
     @property
     def store(self) -> MetadataStore:
@@ -202,10 +205,10 @@ class ConfigManager:
 
     # ---- AlterConfigs and IncrementalAlterConfigs -------------------------------------
 
-    def handle_alter_configs(self, request: Request, context: RequestContext) -> Message:
+    async def handle_alter_configs(self, request: Request, context: RequestContext) -> Message:
         """Legacy AlterConfigs: each resource's overrides become exactly those given."""
         body = cast(alter_configs_request.AlterConfigsRequest, request.body)
-        errors = self._alter_all(body.resources, body.validate_only, incremental=False)
+        errors = await self._alter_all(body.resources, body.validate_only, incremental=False)
         return alter_configs_response.AlterConfigsResponse(responses=[
             alter_configs_response.AlterConfigsResourceResponse(
                 error_code=code, error_message=message, resource_type=r.resource_type,
@@ -213,10 +216,10 @@ class ConfigManager:
             for r, (code, message) in zip(body.resources, errors, strict=True)
         ])
 
-    def handle_incremental_alter_configs(self, request: Request, context: RequestContext
-                                         ) -> Message:
+    async def handle_incremental_alter_configs(self, request: Request, context: RequestContext
+                                               ) -> Message:
         body = cast(incremental_alter_configs_request.IncrementalAlterConfigsRequest, request.body)
-        errors = self._alter_all(body.resources, body.validate_only, incremental=True)
+        errors = await self._alter_all(body.resources, body.validate_only, incremental=True)
         return incremental_alter_configs_response.IncrementalAlterConfigsResponse(responses=[
             incremental_alter_configs_response.AlterConfigsResourceResponse(
                 error_code=code, error_message=message, resource_type=r.resource_type,
@@ -224,15 +227,16 @@ class ConfigManager:
             for r, (code, message) in zip(body.resources, errors, strict=True)
         ])
 
-    def _alter_all(self, resources: list[Any], validate_only: bool, *, incremental: bool
-                   ) -> list[tuple[int, str | None]]:
+    async def _alter_all(self, resources: list[Any], validate_only: bool, *, incremental: bool
+                         ) -> list[tuple[int, str | None]]:
         ids = [(r.resource_type, r.resource_name) for r in resources]
         errors: list[tuple[int, str | None]] = []
         for r, rid in zip(resources, ids, strict=True):
             try:
                 if ids.count(rid) > 1:
                     raise InvalidRequestError("Each resource must appear at most once.")
-                self._alter(r, validate_only, incremental)
+                async with self._altering:
+                    await self._alter(r, validate_only, incremental)
             except KafkaError as e:
                 log.info("cannot alter the configs of %s %r: %s", _type_name(r.resource_type),
                          r.resource_name, e)
@@ -241,7 +245,7 @@ class ConfigManager:
             errors.append((ErrorCode.NONE, None))
         return errors
 
-    def _alter(self, resource: Any, validate_only: bool, incremental: bool) -> None:
+    async def _alter(self, resource: Any, validate_only: bool, incremental: bool) -> None:
         configs = resource.configs
         names = [c.name for c in configs]
         if len(set(names)) != len(names):
@@ -256,14 +260,14 @@ class ConfigManager:
                     raise InvalidRequestError(f"Unknown operations type {c.config_operation}")
         kind, name = resource.resource_type, resource.resource_name
         if kind == ResourceType.TOPIC:
-            self._alter_topic(name, configs, validate_only, incremental)
+            await self._alter_topic(name, configs, validate_only, incremental)
         elif kind == ResourceType.BROKER:
-            self._alter_broker(name, configs, validate_only, incremental)
+            await self._alter_broker(name, configs, validate_only, incremental)
         else:
             raise InvalidRequestError(f"Unknown resource type {kind}")
 
-    def _alter_topic(self, name: str, configs: list[Any], validate_only: bool,
-                     incremental: bool) -> None:
+    async def _alter_topic(self, name: str, configs: list[Any], validate_only: bool,
+                           incremental: bool) -> None:
         validate_topic_name(name)
         topic = self.controller.topics.get(name)
         current = dict(topic.configs) if topic is not None else {}
@@ -278,11 +282,11 @@ class ConfigManager:
             raise UnknownTopicError(f"topic {name!r} does not exist")
         if validate_only or overrides == current:
             return
-        self.controller.alter_topic_configs(name, overrides)
+        await self.controller.alter_topic_configs(name, overrides)
         log.info("topic %s: configs now %s", name, overrides)
 
-    def _alter_broker(self, name: str, configs: list[Any], validate_only: bool,
-                      incremental: bool) -> None:
+    async def _alter_broker(self, name: str, configs: list[Any], validate_only: bool,
+                            incremental: bool) -> None:
         cluster_default = name == ""
         if not cluster_default and self._broker_id(name, "Node") != self.config.node_id:
             raise InvalidRequestError(f"Unexpected broker id, expected {self.config.node_id}, "
@@ -303,7 +307,9 @@ class ConfigManager:
             raise InvalidRequestError(str(e)) from None
         if validate_only or not updates:
             return
-        self._store_broker_layers(new)
+        # The store's read and write (ZooKeeper round trips, or the metadata file's
+        # write) in a worker thread: the event loop serves other clients meanwhile.
+        await asyncio.to_thread(self._store_broker_layers, new)
         self.config = new
         log.info("broker %s: dynamic configs %s now %s", self.config.node_id,
                  "cluster-wide" if cluster_default else "of this broker", layer)

@@ -111,7 +111,7 @@ class InterBrokerApis:
             counts[name] = (len(known.partitions) if known is not None
                             else 1 + max((s.partition_index for s in partition_states),
                                          default=-1))
-        errors = self.replica_manager.become_leader_or_follower(states, counts)
+        errors = await self.replica_manager.become_leader_or_follower(states, counts)
         if version >= 5:
             return response.LeaderAndIsrResponse(topics=[
                 response.LeaderAndIsrTopicError(topic_id=topic_id, partition_errors=[
@@ -140,7 +140,7 @@ class InterBrokerApis:
         self.cache.update_metadata(body)
         return response()
 
-    def handle_stop_replica(self, request: Request, context: RequestContext) -> Message:
+    async def handle_stop_replica(self, request: Request, context: RequestContext) -> Message:
         body = cast(stop_replica_request.StopReplicaRequest, request.body)
         version = request.api_version
         response = stop_replica_response
@@ -155,7 +155,7 @@ class InterBrokerApis:
         else:
             stops = [((p.topic_name, p.partition_index), body.delete_partitions)
                      for p in body.ungrouped_partitions]
-        errors = self.replica_manager.stop_replicas(stops)
+        errors = await self.replica_manager.stop_replicas(stops)
         return response.StopReplicaResponse(partition_errors=[
             response.StopReplicaPartitionError(topic_name=tp[0], partition_index=tp[1],
                                                error_code=errors.get(tp, ErrorCode.NONE))

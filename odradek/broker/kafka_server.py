@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 from collections.abc import Coroutine
@@ -54,6 +55,7 @@ from odradek.server.network import BoundListener, SocketServer
 from odradek.storage.checkpoints import write_durably
 from odradek.storage.config import LogConfig
 from odradek.storage.errors import StorageError
+from odradek.storage.log_dir import LogDir, lock_log_dir
 from odradek.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -80,9 +82,14 @@ class KafkaServer:
         self.admin: AdminManager | None = None
         self.bound: list[BoundListener] = []
         self._stop = asyncio.Event()
+        self._dir_locks: list[int] = []
+        self.exit_code = 0  # non-zero when the broker stopped because its dirs failed
 
     async def startup(self) -> None:
         config = self.config
+        # First of all: a second broker on these dirs stops here, having changed nothing.
+        for log_dir in config.log_dirs:
+            self._dir_locks.append(lock_log_dir(log_dir))
         zk_store: ZooKeeperMetadataStore | None = None
         store: MetadataStore
         if config.zookeeper_connect:
@@ -113,6 +120,9 @@ class KafkaServer:
             config.log_manager_config, config.log_config,
             topic_config=self._topic_log_config,
         )
+        loop = asyncio.get_running_loop()
+        self.log_manager.on_log_dir_failure = lambda d: loop.call_soon_threadsafe(
+            self._log_dir_failed, d)
         self.log_manager.startup()
         fetcher_manager: ReplicaFetcherManager | None = None
         if zk_store is not None:
@@ -154,7 +164,7 @@ class KafkaServer:
             self.alter_partition_manager.start()
             self.replica_manager.alter_partition = self.alter_partition_manager.submit
         else:
-            controller.startup(self.replica_manager)
+            await controller.startup(self.replica_manager)
             self._report_stray_logs(controller)
         admin = self.admin = AdminManager(config, controller, self.replica_manager,
                                           self.kafka_controller)
@@ -164,6 +174,8 @@ class KafkaServer:
         self.socket_server = SocketServer(
             apis, max_frame_size=config.socket_request_max_bytes,
             connections_max_idle_ms=config.connections_max_idle_ms,
+            queued_max_request_bytes=config.get("queued.max.request.bytes"),
+            request_receive_timeout_ms=config.get("socket.request.receive.timeout.ms"),
         )
         self.bound = await self.socket_server.start(
             [(li.name, li.host, li.port) for li in config.listeners])
@@ -341,6 +353,29 @@ class KafkaServer:
             await asyncio.to_thread(self.zk_store.close)
         if self.log_manager is not None:
             self.log_manager.shutdown()
+        while self._dir_locks:  # last: the dirs are another broker's to take from here
+            os.close(self._dir_locks.pop())
+
+    def _log_dir_failed(self, log_dir: LogDir) -> None:
+        """A log dir went offline (KIP-112): its partitions answer KAFKA_STORAGE_ERROR; in a
+        cluster the controller hears of it and moves their leadership to other brokers; a
+        broker with no dir left stops, as Kafka's does."""
+        assert self.log_manager is not None
+        if not self.log_manager.online_dirs():
+            log.error("every log dir is offline: shutting down")
+            self.exit_code = 1
+            self.request_stop()
+        elif self.zk_store is not None:
+            if self.replica_manager is not None:  # stop leading and fetching there now
+                self.replica_manager.handle_log_dir_failure(log_dir.path)
+            self._in_background(self._notify_log_dir_event())
+
+    async def _notify_log_dir_event(self) -> None:
+        assert self.zk_store is not None
+        try:
+            await asyncio.to_thread(self.zk_store.notify_log_dir_event)
+        except Exception as e:  # the controller learns at its next LeaderAndIsr instead
+            log.error("cannot notify the controller of the log dir failure: %s", e)
 
     def request_stop(self) -> None:
         self._stop.set()

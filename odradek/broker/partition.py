@@ -177,6 +177,14 @@ class Partition:
         self.leader_epoch_start_offset = -1
         return changed
 
+    def make_offline(self) -> None:
+        """Its log dir failed (KIP-112): it neither leads nor follows any more. The epochs
+        stay, so that older LeaderAndIsr requests are still refused."""
+        self.leader_id = NO_LEADER
+        self.followers = {}
+        self.pending_isr = None
+        self.leader_epoch_start_offset = -1
+
     def _adopt(self, state: PartitionState) -> None:
         self.leader_id = state.leader
         self.leader_epoch = state.leader_epoch

@@ -91,6 +91,8 @@ _RETRIABLE = frozenset({
     ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADER_EPOCH,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
     ErrorCode.INCONSISTENT_TOPIC_ID,
+    # The leader's log dir failed: the controller is moving the leadership (KIP-112).
+    ErrorCode.KAFKA_STORAGE_ERROR,
 })
 
 

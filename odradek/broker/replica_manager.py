@@ -15,8 +15,10 @@ that a restarted broker shows consumers nothing that was not committed.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from uuid import UUID, uuid4
@@ -24,6 +26,7 @@ from uuid import UUID, uuid4
 from odradek.broker.partition import LogReadResult, Partition
 from odradek.broker.replica_fetcher import InitialFetchState, ReplicaFetcherManager
 from odradek.cluster.metadata import PartitionState, TopicMetadata
+from odradek.cluster.slices import Slices
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import KafkaError
 from odradek.storage.checkpoints import OffsetCheckpointFile
@@ -44,6 +47,15 @@ CONSUMER_REPLICA_ID = -1  # Fetch's replica id for consumers; followers send the
 DEBUGGING_REPLICA_ID = -2  # tools that read any replica up to its log end
 READ_COMMITTED = 1
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+# New replicas' logs created, or deleted logs removed, per worker-thread call: a shutdown
+# waits for one batch at most, and a thread hand-off per batch costs next to nothing.
+IO_BATCH = 100
+IO_THREADS = 4
+# Replicas made after which their objects are taken out of the garbage collector's view
+# (gc.freeze): a full collection walks every tracked object, about 35 per partition, and
+# took 50-100 ms of the event loop with 5,000 partitions. Partitions live long and are
+# freed by reference counting when deleted (they hold no cycles), so none leaks.
+FREEZE_AFTER = 1000
 
 
 def error_of(e: BaseException) -> int:
@@ -62,6 +74,21 @@ class ProducePartitionResult:
     log_start_offset: int = -1
     error_message: str | None = None
     last_offset: int = -1  # the last offset appended: acks=all waits for the HW past it
+    # INVALID_RECORD / INVALID_TIMESTAMP: the records at fault, (index in the batch, message)
+    record_errors: list[tuple[int, str | None]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _NewReplica:
+    """A replica this broker does not hold yet: made in a worker thread, then published."""
+
+    topic: str
+    index: int
+    topic_id: UUID
+    state: PartitionState
+    config: LogConfig | None = None  # the log's, when not found by the topic's name
+    partition: Partition | None = None
+    error: Exception | None = None
 
 
 @dataclass(slots=True)
@@ -131,10 +158,15 @@ class ReplicaManager:
         # submit); without one (a single node) the ISR never changes.
         self.alter_partition: Callable[[Partition, list[int]], None] | None = None
         self.partitions: dict[TopicPartition, Partition] = {}
+        self._hw_checkpoint_lock = threading.Lock()
+        self._made_since_freeze = 0
         self.purgatory = Purgatory()  # fetches
         self.produce_purgatory = Purgatory()  # acks=all produces
         self.shutting_down = False
         self.leadership_listeners: list[LeadershipListener] = []
+        # Partitions in a failed log dir (KIP-112, Kafka's HostedPartition.Offline): they
+        # answer KAFKA_STORAGE_ERROR until the broker restarts.
+        self.offline_partitions: set[TopicPartition] = set()
         # The checkpointed HWs of partitions not created yet (no LeaderAndIsr so far), by
         # log dir: written back with every checkpoint until their partitions take them.
         self._checkpointed_high_watermarks: dict[TopicPartition, tuple[Path, int]] = {}
@@ -155,15 +187,8 @@ class ReplicaManager:
     def get_or_create_partition(self, topic: str, index: int, topic_id: UUID) -> Partition:
         partition = self.partitions.get((topic, index))
         if partition is None:
-            partition_log = self.log_manager.get_or_create_log(topic, index)
-            _, checkpointed = self._checkpointed_high_watermarks.pop(
-                (topic, index), (None, partition_log.log_start_offset))
-            partition = Partition(
-                topic, index, topic_id, partition_log, node_id=self.node_id,
-                high_watermark=checkpointed,
-                clock=self.clock, replica_lag_time_max_ms=self.replica_lag_time_max_ms,
-                alter_partition=self._alter_partition)
-            self.partitions[(topic, index)] = partition
+            partition = self._new_partition(topic, index, topic_id)
+            self._publish(partition)
         return partition
 
     def _alter_partition(self, partition: Partition, isr: list[int]) -> None:
@@ -183,15 +208,46 @@ class ReplicaManager:
 
     # The embedded controller's instructions (cluster.controller.PartitionListener).
 
-    def become_leader(self, topic: TopicMetadata, partitions: list[int]) -> None:
+    async def become_leader(self, topic: TopicMetadata, partitions: list[int]) -> None:
+        """Leads the partitions (one node: every replica is this broker). The logs of new
+        replicas are created off the loop; raises the first partition's failure after
+        doing the others."""
+        new: list[_NewReplica] = []
+        slices = Slices()
+        # The controller shows a new topic once it is led, so its configs cannot be found
+        # by name yet: its logs get them from here.
+        config = (self.log_manager.default_log_config.with_overrides(topic.configs)
+                  if topic.configs else None)
         for index in partitions:
-            self.make_leader(topic.name, index, topic.topic_id, topic.partitions[index])
-        self._tell_listeners(topic.name, len(topic.partitions), partitions, [])
+            partition = self.partitions.get((topic.name, index))
+            if partition is None:
+                new.append(_NewReplica(topic.name, index, topic.topic_id,
+                                       topic.partitions[index], config))
+            else:
+                partition.make_leader(topic.partitions[index])
+                self._partition_changed(partition.tp)
+                await slices.pause()
+        errors: dict[TopicPartition, BaseException] = {}
+        async for replica in self._open_new_replicas(new):
+            if replica.error is not None:
+                errors[(replica.topic, replica.index)] = replica.error
+            elif replica.partition is not None and not self._publish(replica.partition):
+                existing = self.partitions[(replica.topic, replica.index)]
+                existing.make_leader(replica.state)
+        self._tell_listeners(topic.name, len(topic.partitions),
+                             [p for p in partitions if (topic.name, p) not in errors], [])
+        if errors:
+            (tp, first), *_ = errors.items()
+            log.error("cannot lead %d partitions of %s, %s-%d first: %s", len(errors),
+                      topic.name, tp[0], tp[1], first)
+            raise first
 
-    def remove_partitions(self, topic: TopicMetadata) -> None:
+    async def remove_partitions(self, topic: TopicMetadata) -> None:
+        """The topic was deleted: its partitions go at once, their logs off the loop."""
         self._tell_listeners(topic.name, len(topic.partitions), [], sorted(topic.partitions))
-        for index in topic.partitions:
-            self.delete_partition(topic.name, index)
+        errors = await self._delete_partitions([(topic.name, p) for p in sorted(topic.partitions)])
+        if errors:
+            raise next(iter(errors.values()))
 
     def _tell_listeners(self, topic: str, partition_count: int, led: list[int],
                         resigned: list[int]) -> None:
@@ -199,59 +255,184 @@ class ReplicaManager:
             for listener in self.leadership_listeners:
                 listener(topic, partition_count, led, resigned)
 
+    # ---- partitions made and removed off the event loop --------------------------------
+    # A new replica's log is created (directories, segment and index files, the leader
+    # epoch checkpoint with its fsync) in a worker thread, IO_BATCH at a time, and only
+    # then published in self.partitions on the loop: until then nothing else can see the
+    # Partition, so nothing races with the thread. Deleted partitions leave
+    # self.partitions on the loop first; their logs are closed and removed in a thread.
+
+    async def _open_new_replicas(self, replicas: list[_NewReplica]
+                                 ) -> AsyncIterator[_NewReplica]:
+        """Creates the replicas' Partitions (their state applied) in worker threads and
+        yields each, to be published on the loop. Stops early when the broker shuts down:
+        the next start makes the rest."""
+        for start in range(0, len(replicas), IO_BATCH):
+            if self.shutting_down:
+                log.info("shutting down: %d new replicas not created", len(replicas) - start)
+                return
+            batch = replicas[start:start + IO_BATCH]
+            # A few threads at once: their fsyncs (the leader epoch checkpoints) overlap,
+            # as the file system commits them together.
+            await asyncio.gather(*(asyncio.to_thread(self._open_replicas, batch[i::IO_THREADS])
+                                   for i in range(min(IO_THREADS, len(batch)))))
+            self._made_since_freeze += len(batch)
+            if self._made_since_freeze >= FREEZE_AFTER:
+                self._made_since_freeze = 0
+                gc.freeze()
+            for replica in batch:
+                yield replica
+
+    def _open_replicas(self, replicas: list[_NewReplica]) -> None:
+        """In a worker thread: the log (opened or created) and first state of each."""
+        for replica in replicas:
+            try:
+                partition = self._new_partition(replica.topic, replica.index, replica.topic_id,
+                                                replica.config)
+                if replica.state.leader == self.node_id:
+                    partition.make_leader(replica.state)
+                else:
+                    partition.make_follower(replica.state)
+            except Exception as e:  # this replica's failure, not the others'
+                replica.error = e
+            else:
+                replica.partition = partition
+
+    def _new_partition(self, topic: str, index: int, topic_id: UUID,
+                       config: LogConfig | None = None) -> Partition:
+        """A Partition over the (new or loaded) log, not published yet: callable from a
+        worker thread (the log manager has its lock; the checkpointed HWs are only read)."""
+        partition_log = self.log_manager.get_or_create_log(topic, index, config)
+        checkpointed = self._checkpointed_high_watermarks.get((topic, index))
+        return Partition(
+            topic, index, topic_id, partition_log, node_id=self.node_id,
+            high_watermark=(partition_log.log_start_offset if checkpointed is None
+                            else checkpointed[1]),
+            clock=self.clock, replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+            alter_partition=self._alter_partition)
+
+    def _publish(self, partition: Partition) -> bool:
+        """Makes a new Partition visible; False (and nothing done) if one exists already."""
+        tp = partition.tp
+        if tp in self.partitions:
+            return False
+        self.partitions[tp] = partition
+        self._checkpointed_high_watermarks.pop(tp, None)  # the partition's own HW from now
+        self._partition_changed(tp)
+        return True
+
+    async def _delete_partitions(self, tps: list[TopicPartition]
+                                 ) -> dict[TopicPartition, BaseException]:
+        """Forgets the partitions now (requests waiting on them wake up), then deletes
+        their logs in worker threads; the failures, by partition."""
+        slices = Slices()
+        for tp in tps:
+            self.partitions.pop(tp, None)
+            self._partition_changed(tp)
+            await slices.pause()
+        errors: dict[TopicPartition, BaseException] = {}
+        for start in range(0, len(tps), IO_BATCH):
+            errors.update(await asyncio.to_thread(self._delete_logs, tps[start:start + IO_BATCH]))
+        return errors
+
+    def _delete_logs(self, tps: list[TopicPartition]) -> dict[TopicPartition, BaseException]:
+        """In a worker thread: each log closed and its directory removed."""
+        errors: dict[TopicPartition, BaseException] = {}
+        for tp in tps:
+            try:
+                self.log_manager.delete_log(*tp)
+            except Exception as e:
+                log.exception("deleting %s-%d failed", *tp)
+                errors[tp] = e
+        return errors
+
     # The ZooKeeper controller's instructions (LeaderAndIsr, StopReplica).
 
-    def become_leader_or_follower(
+    async def become_leader_or_follower(
         self, states: list[tuple[str, UUID | None, int, PartitionState]],
         partition_counts: dict[str, int],
     ) -> dict[TopicPartition, int]:
         """LeaderAndIsr: leads or follows each partition as told; per partition the error
-        (Kafka's becomeLeaderOrFollower). A state older than the partition's is refused."""
+        (Kafka's becomeLeaderOrFollower). A state older than the partition's is refused.
+        New replicas are created off the loop; the others change on it, in slices."""
         errors: dict[TopicPartition, int] = {}
         led: dict[str, list[int]] = {}
         resigned: dict[str, list[int]] = {}
         to_follow: dict[TopicPartition, InitialFetchState] = {}
         not_fetching: list[TopicPartition] = []
+
+        def done(partition: Partition, state: PartitionState, was_leader: bool,
+                 changed: bool) -> None:
+            tp = partition.tp
+            if state.leader == self.node_id:
+                not_fetching.append(tp)
+                led.setdefault(tp[0], []).append(tp[1])
+            else:
+                if was_leader:
+                    resigned.setdefault(tp[0], []).append(tp[1])
+                if state.leader < 0:
+                    not_fetching.append(tp)
+                elif changed or (self.fetcher_manager is not None
+                                 and self.fetcher_manager.leader_of(tp) is None):
+                    to_follow[tp] = InitialFetchState(state.leader, state.leader_epoch,
+                                                      partition)
+            self._partition_changed(tp)
+
+        new: list[_NewReplica] = []
+        existing: list[tuple[Partition, UUID | None, PartitionState]] = []
         for topic, topic_id, index, state in states:
             tp = (topic, index)
-            current = self.partitions.get(tp)
             if self.node_id not in state.replicas:
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
-            if current is not None:
-                if topic_id is not None and current.topic_id != topic_id:
-                    errors[tp] = ErrorCode.INCONSISTENT_TOPIC_ID
-                    continue
-                if state.leader_epoch < current.leader_epoch:
-                    errors[tp] = ErrorCode.STALE_CONTROLLER_EPOCH
-                    continue
-                if (state.leader_epoch == current.leader_epoch
-                        and state.leader == current.leader_id
-                        and state.partition_epoch < current.partition_epoch):
-                    continue  # an AlterPartition answer already brought a newer ISR
+            if self._in_offline_dir(tp):
+                # The controller takes this as "replica offline" and leads elsewhere.
+                errors[tp] = ErrorCode.KAFKA_STORAGE_ERROR
+                if self._mark_offline(tp):
+                    resigned.setdefault(topic, []).append(index)
+                not_fetching.append(tp)
+                continue
+            current = self.partitions.get(tp)
+            if current is None:
+                new.append(_NewReplica(topic, index, topic_id or uuid4(), state))
+            else:
+                existing.append((current, topic_id, state))
+        async for replica in self._open_new_replicas(new):
+            tp = (replica.topic, replica.index)
+            if replica.error is not None:
+                log.error("LeaderAndIsr for %s-%d failed", *tp, exc_info=replica.error)
+                errors[tp] = error_of(replica.error)
+            elif replica.partition is not None:
+                if self._publish(replica.partition):
+                    done(replica.partition, replica.state, False, True)
+                else:  # made meanwhile: changed as the others are
+                    existing.append((self.partitions[tp], replica.topic_id, replica.state))
+        slices = Slices()
+        for current, topic_id, state in existing:
+            tp = current.tp
+            await slices.pause()
+            if tp in self.offline_partitions:  # its dir failed meanwhile
+                errors[tp] = ErrorCode.KAFKA_STORAGE_ERROR
+                continue
+            if topic_id is not None and current.topic_id != topic_id:
+                errors[tp] = ErrorCode.INCONSISTENT_TOPIC_ID
+                continue
+            if state.leader_epoch < current.leader_epoch:
+                errors[tp] = ErrorCode.STALE_CONTROLLER_EPOCH
+                continue
+            if (state.leader_epoch == current.leader_epoch
+                    and state.leader == current.leader_id
+                    and state.partition_epoch < current.partition_epoch):
+                continue  # an AlterPartition answer already brought a newer ISR
             try:
-                partition = current or self.get_or_create_partition(
-                    topic, index, topic_id or uuid4())
-                was_leader = partition.is_leader
-                if state.leader == self.node_id:
-                    partition.make_leader(state)
-                    not_fetching.append(tp)
-                    led.setdefault(topic, []).append(index)
-                else:
-                    changed = partition.make_follower(state)
-                    if was_leader:
-                        resigned.setdefault(topic, []).append(index)
-                    if state.leader < 0:
-                        not_fetching.append(tp)
-                    elif changed or (self.fetcher_manager is not None
-                                     and self.fetcher_manager.leader_of(tp) is None):
-                        to_follow[tp] = InitialFetchState(state.leader, state.leader_epoch,
-                                                          partition)
+                was_leader = current.is_leader
+                changed = (current.make_leader(state) if state.leader == self.node_id
+                           else current.make_follower(state))
             except Exception as e:  # this partition's answer, not the request's
-                log.exception("LeaderAndIsr for %s-%d failed", topic, index)
+                log.exception("LeaderAndIsr for %s-%d failed", *tp)
                 errors[tp] = error_of(e)
                 continue
-            self._partition_changed(tp)
+            done(current, state, was_leader, changed)
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_partitions(not_fetching)
             self.fetcher_manager.add_partitions(to_follow)  # moves those whose leader moved
@@ -260,23 +441,56 @@ class ReplicaManager:
                                  resigned.get(topic, []))
         return errors
 
-    def stop_replicas(self, stops: list[tuple[TopicPartition, bool]]) -> dict[TopicPartition, int]:
-        """StopReplica: stops fetching the partitions and, when told, deletes them."""
+    def handle_log_dir_failure(self, log_dir: Path) -> None:
+        """A log dir went offline (Kafka's handleLogDirFailure): its partitions stop leading
+        and fetching at once; producers and followers are answered KAFKA_STORAGE_ERROR
+        until the controller, told through ZooKeeper, has moved their leadership."""
+        failed = [tp for tp, p in self.partitions.items() if p.log.directory.parent == log_dir]
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_partitions(failed)
+        resigned: dict[str, list[int]] = {}
+        for tp in failed:
+            if self._mark_offline(tp):
+                resigned.setdefault(tp[0], []).append(tp[1])
+        for topic, indexes in resigned.items():
+            self._tell_listeners(topic, 0, [], indexes)
+        log.warning("log dir %s failed: %d partitions offline here, %d of them led here",
+                    log_dir, len(failed), sum(len(v) for v in resigned.values()))
+
+    def _in_offline_dir(self, tp: TopicPartition) -> bool:
+        """Whether the partition's log is in a failed dir, or failed on its own."""
+        if tp in self.offline_partitions:
+            return True
+        log_dir = self.log_manager.log_dir_of(*tp)
+        partition_log = self.log_manager.get_log(*tp)
+        return (log_dir is not None and log_dir.offline) or (
+            partition_log is not None and partition_log.offline_reason is not None)
+
+    def _mark_offline(self, tp: TopicPartition) -> bool:
+        """Takes a partition offline here; True if it was leading until now."""
+        self.offline_partitions.add(tp)
+        partition = self.partitions.get(tp)
+        if partition is None:
+            return False
+        was_leader = partition.is_leader
+        partition.make_offline()
+        self._partition_changed(tp)  # waiting acks=all produces end: NOT_LEADER_OR_FOLLOWER
+        return was_leader
+
+    async def stop_replicas(self, stops: list[tuple[TopicPartition, bool]]
+                            ) -> dict[TopicPartition, int]:
+        """StopReplica: stops fetching the partitions and, when told, deletes them (their
+        logs off the loop)."""
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_partitions(tp for tp, _ in stops)
-        errors: dict[TopicPartition, int] = {}
-        for tp, delete in stops:
+        slices = Slices()
+        for tp, _ in stops:
             partition = self.partitions.get(tp)
             if partition is not None and partition.is_leader:
                 self._tell_listeners(tp[0], 0, [], [tp[1]])
-            if not delete:
-                continue
-            try:
-                self.delete_partition(*tp)
-            except Exception as e:
-                log.exception("deleting %s-%d failed", *tp)
-                errors[tp] = error_of(e)
-        return errors
+            await slices.pause()
+        failed = await self._delete_partitions([tp for tp, delete in stops if delete])
+        return {tp: error_of(e) for tp, e in failed.items()}
 
     def _partition_changed(self, tp: TopicPartition) -> None:
         """Waiting requests look again: the HW, the ISR or the leadership changed."""
@@ -299,17 +513,29 @@ class ReplicaManager:
             self._partition_changed(partition.tp)
 
     def checkpoint_high_watermarks(self) -> None:
+        """Writes the HW checkpoints. The periodic one runs in a worker thread (thousands
+        of partitions and an fsync per dir): the loop's dicts are copied in one step each
+        (atomic under the GIL), and one writer at a time."""
+        with self._hw_checkpoint_lock:
+            self._checkpoint_high_watermarks()
+
+    def _checkpoint_high_watermarks(self) -> None:
         by_dir: dict[Path, dict[TopicPartition, int]] = {
             d: {} for d in self.log_manager.config.log_dirs}
-        for tp, (log_dir, hw) in self._checkpointed_high_watermarks.items():
+        for tp, (log_dir, hw) in dict(self._checkpointed_high_watermarks).items():
             by_dir.setdefault(log_dir, {})[tp] = hw
         for tp, partition in list(self.partitions.items()):
             by_dir.setdefault(partition.log.directory.parent, {})[tp] = partition.high_watermark
+        online = set(self.log_manager.online_dirs())
         for log_dir, entries in by_dir.items():
+            if log_dir not in online:
+                continue  # offline: nothing more is written there
             try:
                 OffsetCheckpointFile(log_dir / HIGH_WATERMARK_CHECKPOINT).write(entries)
             except StorageError as e:
-                log.error("cannot checkpoint the high watermarks: %s", e)
+                # The last checkpoint stays: a restart then starts from older high
+                # watermarks, which the ISR soon moves on again.
+                log.warning("cannot checkpoint the high watermarks: %s", e)
 
     async def run_periodic_tasks(self, checkpoint_interval_ms: int = 5000) -> None:
         """The ISR expiration and high watermark checkpoint schedules, until cancelled."""
@@ -322,7 +548,7 @@ class ReplicaManager:
                 self.maybe_shrink_isrs()
                 next_isr = now + isr_interval
             if now >= next_checkpoint:
-                self.checkpoint_high_watermarks()
+                await asyncio.to_thread(self.checkpoint_high_watermarks)
                 next_checkpoint = now + checkpoint_interval_ms / 1000
             await asyncio.sleep(max(0.0, min(next_isr, next_checkpoint) - loop.time()))
 
@@ -414,6 +640,12 @@ class ReplicaManager:
             if partition is None:
                 results[tp] = ProducePartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
+            if tp in self.offline_partitions:
+                results[tp] = ProducePartitionResult(
+                    ErrorCode.KAFKA_STORAGE_ERROR,
+                    error_message=f"{tp[0]}-{tp[1]} is in an offline log dir on broker "
+                    f"{self.node_id}")
+                continue
             if records is None or len(records) == 0:
                 results[tp] = ProducePartitionResult(
                     ErrorCode.CORRUPT_MESSAGE, error_message="the request carries no records")
@@ -436,7 +668,8 @@ class ReplicaManager:
         elif code == ErrorCode.UNKNOWN_SERVER_ERROR:
             log.exception("append to %s-%d failed", partition.topic, partition.index)
         return ProducePartitionResult(code, log_start_offset=partition.log.log_start_offset,
-                                      error_message=str(e) or None)
+                                      error_message=str(e) or None,
+                                      record_errors=getattr(e, "record_errors", []))
 
     # ---- records deletion -------------------------------------------------------------
 
@@ -501,6 +734,8 @@ class ReplicaManager:
         partition = self.partitions.get(tp)
         if partition is None:
             return FetchPartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if tp in self.offline_partitions:
+            return FetchPartitionResult(ErrorCode.KAFKA_STORAGE_ERROR)
         error = partition.check_leader_epoch(request.current_leader_epoch)
         if error:
             return FetchPartitionResult(error)

@@ -51,13 +51,14 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("odradek").info(
         "event loop: %s; large buffers reused from the heap: %s",
         "uvloop" if loop_factory is not None else "asyncio", keep_large_buffers_in_heap())
+    server = KafkaServer(config)
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
-            runner.run(KafkaServer(config).run())
+            runner.run(server.run())
     except (StorageError, OSError) as e:
         logging.getLogger("odradek").error("cannot run the broker: %s", e)
         return 1
-    return 0
+    return server.exit_code
 
 
 def _loop_factory():  # type: ignore[no-untyped-def]

@@ -5,10 +5,17 @@ partition's replica set, leader and ISR is this broker: it changes the store, th
 the local broker (a `PartitionListener`) what it now leads. With ZooKeeper, ZkTopicAdmin
 (a subclass) makes the same changes as ZooKeeper writes from any broker, and the elected
 KafkaController tells the brokers which replicas to lead or follow.
+
+Changes are coroutines, one at a time: the store's writes (a file with its fsync, or
+ZooKeeper round trips) run in worker threads and the local broker creates or deletes the
+logs off the event loop, so that a topic of thousands of partitions never stalls the
+broker's other clients. A new topic (or partition) is shown in the metadata only once
+this broker leads it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Mapping
@@ -52,9 +59,9 @@ class InvalidRequestError(KafkaError):
 
 
 class PartitionListener(Protocol):
-    def become_leader(self, topic: TopicMetadata, partitions: list[int]) -> None: ...
+    async def become_leader(self, topic: TopicMetadata, partitions: list[int]) -> None: ...
 
-    def remove_partitions(self, topic: TopicMetadata) -> None: ...
+    async def remove_partitions(self, topic: TopicMetadata) -> None: ...
 
     def topic_config_changed(self, topic: TopicMetadata) -> None: ...
 
@@ -70,16 +77,19 @@ class Controller:
         self.topics: dict[str, TopicMetadata] = store.topics()
         self.topics_by_id = {t.topic_id: t for t in self.topics.values()}
         self.listener: PartitionListener | None = None
+        # Topic changes one at a time, as Kafka's controller takes its events: each checks
+        # what the one before it left (a name is taken once its creation is done).
+        self._changes = asyncio.Lock()
 
     @property
     def live_brokers(self) -> list[int]:
         return [self.node_id]
 
-    def startup(self, listener: PartitionListener) -> None:
+    async def startup(self, listener: PartitionListener) -> None:
         """Hands every partition to the local broker, as after a controller election."""
         self.listener = listener
-        for topic in self.topics.values():
-            listener.become_leader(topic, sorted(topic.partitions))
+        for topic in list(self.topics.values()):
+            await listener.become_leader(topic, sorted(topic.partitions))
 
     # ---- checks (also used for validate_only requests) --------------------------------
 
@@ -142,59 +152,73 @@ class Controller:
 
     # ---- changes ----------------------------------------------------------------------
 
-    def create_topic(self, name: str, partitions: int, replication_factor: int,
-                     configs: Mapping[str, str],
-                     assignments: Mapping[int, list[int]] | None = None) -> TopicMetadata:
+    async def create_topic(self, name: str, partitions: int, replication_factor: int,
+                           configs: Mapping[str, str],
+                           assignments: Mapping[int, list[int]] | None = None
+                           ) -> TopicMetadata:
         """Creates the topic; the configs must have been validated by the caller."""
-        self.check_new_topic(name, partitions, replication_factor, assignments)
-        if not assignments:
-            assignments = self._assign(range(partitions), replication_factor)
-        topic = TopicMetadata(
-            name, uuid.uuid4(),
-            {p: PartitionState(list(r), r[0], 0, list(r)) for p, r in assignments.items()},
-            dict(configs),
-        )
-        self._create(topic)
-        return topic
+        async with self._changes:
+            self.check_new_topic(name, partitions, replication_factor, assignments)
+            if not assignments:
+                assignments = await self._assign(range(partitions), replication_factor)
+            topic = TopicMetadata(
+                name, uuid.uuid4(),
+                {p: PartitionState(list(r), r[0], 0, list(r)) for p, r in assignments.items()},
+                dict(configs),
+            )
+            await self._create(topic)
+            return topic
 
-    def _create(self, topic: TopicMetadata) -> None:
+    async def _create(self, topic: TopicMetadata) -> None:
         name = topic.name
-        self.store.create_topic(topic)
-        self.topics[name] = topic
-        self.topics_by_id[topic.topic_id] = topic
+        await asyncio.to_thread(self.store.create_topic, topic)
         log.info("created topic %s with %d partitions (id %s)", name, len(topic.partitions),
                  topic.topic_id)
-        if self.listener is not None:
-            self.listener.become_leader(topic, sorted(topic.partitions))
+        try:
+            if self.listener is not None:
+                await self.listener.become_leader(topic, sorted(topic.partitions))
+        finally:  # stored: shown even if some of its partitions failed here
+            self.topics[name] = topic
+            self.topics_by_id[topic.topic_id] = topic
 
     def broker_racks(self) -> dict[int, str | None]:
         """The live brokers and their racks, for replica assignment."""
         return dict.fromkeys(self.live_brokers)
 
-    def _assign(self, partitions: range, replication_factor: int) -> dict[int, list[int]]:
-        return assign_replicas(len(partitions), replication_factor, self.broker_racks(),
-                               first_partition=partitions.start)
+    async def _assign(self, partitions: range, replication_factor: int
+                      ) -> dict[int, list[int]]:
+        # Pure Python, but tens of milliseconds for thousands of partitions: a worker
+        # thread gives the GIL back to the event loop every few milliseconds meanwhile.
+        return await asyncio.to_thread(assign_replicas, len(partitions), replication_factor,
+                                       self.broker_racks(), first_partition=partitions.start)
 
-    def delete_topic(self, name: str) -> TopicMetadata:
-        topic = self.topics.get(name)
-        if topic is None:
-            raise UnknownTopicError(f"topic {name!r} does not exist")
-        self._delete(topic)
-        return topic
+    async def delete_topic(self, name: str) -> TopicMetadata:
+        async with self._changes:
+            topic = self.topics.get(name)
+            if topic is None:
+                raise UnknownTopicError(f"topic {name!r} does not exist")
+            await self._delete(topic)
+            return topic
 
-    def _delete(self, topic: TopicMetadata) -> None:
+    async def _delete(self, topic: TopicMetadata) -> None:
         name = topic.name
-        self.store.delete_topic(name)
+        await asyncio.to_thread(self.store.delete_topic, name)
         del self.topics[name]
         self.topics_by_id.pop(topic.topic_id, None)
         log.info("deleted topic %s", name)
         if self.listener is not None:
-            self.listener.remove_partitions(topic)
+            await self.listener.remove_partitions(topic)
 
-    def create_partitions(self, name: str, count: int,
-                          assignments: list[list[int]] | None = None,
-                          validate_only: bool = False) -> None:
+    async def create_partitions(self, name: str, count: int,
+                                assignments: list[list[int]] | None = None,
+                                validate_only: bool = False) -> None:
         """Adds partitions up to `count` (Kafka's messages and error codes)."""
+        async with self._changes:
+            await self._create_partitions(name, count, assignments, validate_only)
+
+    async def _create_partitions(self, name: str, count: int,
+                                 assignments: list[list[int]] | None,
+                                 validate_only: bool) -> None:
         topic = self.topics.get(name)
         if topic is None:
             raise UnknownTopicError(f"topic {name!r} does not exist")
@@ -217,27 +241,36 @@ class Controller:
             self._check_assignments(given, new, rf)
         else:
             self.check_replication_factor(rf)
-            given = self._assign(new, rf)
+            given = await self._assign(new, rf)
         if validate_only:
             return
-        self._add_partitions(topic, {p: PartitionState(list(r), r[0], 0, list(r))
-                                     for p, r in given.items()})
+        await self._add_partitions(topic, {p: PartitionState(list(r), r[0], 0, list(r))
+                                           for p, r in given.items()})
         log.info("topic %s now has %d partitions", name, count)
 
-    def _add_partitions(self, topic: TopicMetadata, new: dict[int, PartitionState]) -> None:
-        topic.partitions.update(new)
-        self.store.update_topic(topic)
-        if self.listener is not None:
-            self.listener.become_leader(topic, sorted(new))
+    async def _add_partitions(self, topic: TopicMetadata,
+                              new: dict[int, PartitionState]) -> None:
+        changed = TopicMetadata(topic.name, topic.topic_id, {**topic.partitions, **new},
+                                topic.configs)
+        await asyncio.to_thread(self.store.update_topic, changed)
+        try:
+            if self.listener is not None:
+                await self.listener.become_leader(changed, sorted(new))
+        finally:  # shown once led, as a new topic
+            topic.partitions.update(new)
 
-    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+    async def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         """Replaces the topic's overrides; the caller validated them."""
-        topic = self.topics[name]
-        topic.configs.clear()  # in place: the topic's TopicMetadata copies share it
-        topic.configs.update(configs)
-        self.store.update_topic(topic)
-        if self.listener is not None:
-            self.listener.topic_config_changed(topic)
+        async with self._changes:
+            topic = self.topics.get(name)
+            if topic is None:
+                raise UnknownTopicError(f"topic {name!r} does not exist")
+            await asyncio.to_thread(self.store.update_topic, TopicMetadata(
+                topic.name, topic.topic_id, topic.partitions, dict(configs)))
+            topic.configs.clear()  # in place: the topic's TopicMetadata copies share it
+            topic.configs.update(configs)
+            if self.listener is not None:
+                self.listener.topic_config_changed(topic)
 
     def is_internal(self, name: str) -> bool:
         return is_internal(name)

@@ -25,7 +25,7 @@ import copy
 import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from odradek.broker.inter_broker_client import RequestBuilder
 from odradek.cluster import election
@@ -44,6 +44,9 @@ from odradek.protocol.exceptions import KafkaError
 from odradek.protocol.message import Message
 from odradek.protocol.messages import (
     leader_and_isr_request as lai,
+)
+from odradek.protocol.messages import (
+    leader_and_isr_response as lair,
 )
 from odradek.protocol.messages import (
     stop_replica_request as sr,
@@ -123,6 +126,9 @@ class KafkaController:
         self.live: dict[int, BrokerRegistration] = {}
         self.topics: dict[str, TopicMetadata] = {}
         self.shutting_down: set[int] = set()
+        # KIP-112: replicas in a failed log dir, by broker, as its LeaderAndIsr answers
+        # said (KAFKA_STORAGE_ERROR); never elected or let into an ISR until it restarts.
+        self.offline_replicas: dict[int, set[TopicPartition]] = {}
         self._watches: list[ZkWatch] = []
         self._topic_watches: dict[str, ZkWatch] = {}
         self._queue: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
@@ -248,6 +254,7 @@ class KafkaController:
         self.live = {}
         self.topics = {}
         self.shutting_down = set()
+        self.offline_replicas = {}
         if was_active:
             log.info("controller %d resigned", self.node_id)
             if delete_znode:
@@ -262,14 +269,16 @@ class KafkaController:
         self.live = await self._zk(self.store.live_brokers)
         self.channel.update_brokers(self._endpoints())
         self.topics = await self._zk(self.store.topics)
-        for name in self.topics:
-            await self._watch_partitions(name)
+        await self._watch_partitions(list(self.topics))
         self._watches.append(await self._zk(
             self.store.watch_brokers,
             lambda ids: self._post(lambda: self._on_broker_change(ids))))
         self._watches.append(await self._zk(
             self.store.watch_topics,
             lambda names: self._post(lambda: self._on_topic_change(names))))
+        self._watches.append(await self._zk(
+            self.store.watch_log_dir_events,
+            lambda names: self._post(lambda: self._on_log_dir_events(names))))
         changed = await self._elect_leaders(self._all_partitions())
         del changed  # every broker gets everything below
         self._send_update_metadata(self.live, self._all_partitions())
@@ -298,12 +307,14 @@ class KafkaController:
             for broker_id in dead:
                 self.live.pop(broker_id, None)
                 self.shutting_down.discard(broker_id)
+                self.offline_replicas.pop(broker_id, None)
             self.channel.update_brokers(self._endpoints())
             await self._on_brokers_failure(dead)
         if new:
             log.info("controller %d: brokers %s joined", self.node_id, sorted(new))
             for broker_id in new:
                 self.live[broker_id] = registrations[broker_id]
+                self.offline_replicas.pop(broker_id, None)  # restarted: its dirs are back
             self.channel.update_brokers(self._endpoints())
             await self._on_brokers_startup(new)
 
@@ -315,6 +326,75 @@ class KafkaController:
         changed = await self._elect_leaders(affected, removed=dead)
         self._send_update_metadata(self.live, self._all_partitions())
         self._send_leader_and_isr(changed, self.live)
+
+    # ---- log dir failures (KIP-112) ---------------------------------------------------
+
+    async def _on_log_dir_events(self, names: list[str]) -> None:
+        """Brokers whose log dirs failed wrote notifications: each is sent LeaderAndIsr for
+        all its replicas, and answers KAFKA_STORAGE_ERROR for those in an offline dir
+        (Kafka's onBrokerLogDirFailure); the answers move leadership away."""
+        if not self.is_active or not names:
+            return
+        brokers = await self._zk(self.store.read_log_dir_events, names)
+        try:
+            for broker_id in sorted(brokers & set(self.live)):
+                log.info("controller %d: a log dir of broker %d failed; asking which of its "
+                         "replicas are offline", self.node_id, broker_id)
+                self._send_leader_and_isr(
+                    [tp for tp, s in self._partition_states() if broker_id in s.replicas],
+                    {broker_id: self.live[broker_id]}, probe=True)
+        finally:
+            await self._zk(self.store.delete_log_dir_events, names)
+
+    def _on_leader_and_isr_response(self, broker_id: int, answer: Message) -> None:
+        """The channel's callback: per partition errors of a LeaderAndIsr answer, handled in
+        the event queue (Kafka's LeaderAndIsrResponseReceived)."""
+        response = cast(lair.LeaderAndIsrResponse, answer)
+        if response.error_code != ErrorCode.NONE:  # STALE_CONTROLLER_EPOCH: not ours now
+            log.warning("controller %d: broker %d refused LeaderAndIsr (error %d)",
+                        self.node_id, broker_id, response.error_code)
+            return
+        errors: dict[TopicPartition, int] = {}
+        names = {t.topic_id: name for name, t in self.topics.items()}
+        for topic in response.topics:  # v5+: by topic id
+            name = names.get(topic.topic_id)
+            if name is not None:
+                for p in topic.partition_errors:
+                    errors[(name, p.partition_index)] = p.error_code
+        for p in response.partition_errors:  # v0-v4: by name
+            errors[(p.topic_name, p.partition_index)] = p.error_code
+        if any(e == ErrorCode.KAFKA_STORAGE_ERROR for e in errors.values()) or (
+                broker_id in self.offline_replicas):
+            self._post(lambda: self._on_replica_errors(broker_id, errors))
+
+    async def _on_replica_errors(self, broker_id: int, errors: dict[TopicPartition, int]
+                                 ) -> None:
+        if not self.is_active or broker_id not in self.live:
+            return
+        previous = self.offline_replicas.get(broker_id, set())
+        current = ({tp for tp in previous if errors.get(tp) != ErrorCode.NONE}
+                   | {tp for tp, e in errors.items() if e == ErrorCode.KAFKA_STORAGE_ERROR
+                      and tp[0] in self.topics and tp[1] in self.topics[tp[0]].partitions})
+        if current:
+            self.offline_replicas[broker_id] = current
+        else:
+            self.offline_replicas.pop(broker_id, None)
+        new = sorted(current - previous)
+        if not new:
+            return
+        log.warning("controller %d: replicas of %s on broker %d are in an offline log dir",
+                    self.node_id, [f"{t}-{p}" for t, p in new], broker_id)
+        # Leaders elected elsewhere and the offline replica out of the ISRs: _elect_leaders
+        # leaves out offline replicas (_online_brokers). Partitions whose whole ISR is
+        # offline stay leaderless with their last ISR member, as for dead brokers.
+        changed = await self._elect_leaders(new)
+        self._send_update_metadata(self.live, new)  # also their offline_replicas
+        self._send_leader_and_isr(changed, self.live)
+
+    def _online_brokers(self, tp: TopicPartition, live: set[int]) -> set[int]:
+        """`live` less the brokers whose replica of `tp` is in an offline log dir."""
+        offline = {b for b, tps in self.offline_replicas.items() if tp in tps}
+        return live - offline if offline else live
 
     async def _on_brokers_startup(self, new: set[int]) -> None:
         """New brokers learn everything, then follow or lead their replicas; partitions
@@ -341,11 +421,11 @@ class KafkaController:
             await self._on_topic_deletion(name)
         if not created:
             return
-        for name in created:
-            topic = await self._zk(self.store.topic, name)
-            if topic is not None:
-                self.topics[name] = topic
-                await self._watch_partitions(name)
+        # Read together, their requests pipelined: hundreds of topics created at once
+        # would otherwise cost a worker thread's round trip each.
+        found = await self._zk(self.store.read_topics, created)
+        self.topics.update(found)
+        await self._watch_partitions(list(found))
         partitions = [(n, p) for n in created if n in self.topics
                       for p in sorted(self.topics[n].partitions)]
         await self._elect_leaders(partitions)
@@ -353,15 +433,21 @@ class KafkaController:
         self._send_update_metadata(self.live, partitions)
         self._send_leader_and_isr(partitions, self.live)
 
-    async def _watch_partitions(self, name: str) -> None:
-        """Kafka's partition modification watch: CreatePartitions on any broker adds
-        partitions to the topic's assignment."""
-        def changed(partitions: set[int] | None) -> None:
-            if partitions is not None:
-                self._post(lambda: self._on_partitions_added(name, partitions))
+    async def _watch_partitions(self, names: list[str]) -> None:
+        """Kafka's partition modification watch, on each of the topics (in one worker
+        thread's call): CreatePartitions on any broker adds partitions to a topic's
+        assignment."""
+        def changed(name: str) -> Callable[[set[int] | None], None]:
+            def on_change(partitions: set[int] | None) -> None:
+                if partitions is not None:
+                    self._post(lambda: self._on_partitions_added(name, partitions))
+            return on_change
 
-        self._topic_watches[name] = await self._zk(self.store.watch_topic_partitions, name,
-                                                   changed)
+        def watch_all() -> dict[str, ZkWatch]:
+            return {name: self.store.watch_topic_partitions(name, changed(name))
+                    for name in names}
+
+        self._topic_watches.update(await self._zk(watch_all))
 
     async def _on_partitions_added(self, name: str, partitions: set[int]) -> None:
         known = self.topics.get(name)
@@ -381,6 +467,8 @@ class KafkaController:
 
     async def _on_topic_deletion(self, name: str) -> None:
         topic = self.topics.pop(name)
+        for offline in self.offline_replicas.values():
+            offline.difference_update((name, p) for p in topic.partitions)
         watch = self._topic_watches.pop(name, None)
         if watch is not None:
             watch.cancel()
@@ -414,13 +502,26 @@ class KafkaController:
                     new_states[tp] = replace(state, leader=replicas[0], leader_epoch=0,
                                              isr=replicas)
                 continue
-            new = self._elect_leader(tp[0], state, live)
+            new = self._elect_leader(tp[0], state, self._online_brokers(tp, live))
             if new is not None:
                 changes[tp] = new
         if new_states:
-            await self._zk(self.store.create_partition_states, new_states)
-            for (t, p), s in new_states.items():
-                self.topics[t].partitions[p] = s
+            try:  # in several transactions for thousands of partitions: some may fail
+                await self._zk(self.store.create_partition_states, new_states)
+            except PartitionStateConflictError as e:
+                # Made meanwhile by another writer: go on with what is there.
+                log.warning("controller %d: %s", self.node_id, e)
+                for name in sorted({t for t, _ in e.conflicts}):
+                    fresh = await self._zk(self.store.topic, name)
+                    for tp in (c for c in e.conflicts if c[0] == name):
+                        state = fresh.partitions.get(tp[1]) if fresh is not None else None
+                        if state is not None and state.partition_epoch >= 0:
+                            new_states[tp] = state
+            for (t, p), s in list(new_states.items()):
+                if s.partition_epoch < 0:  # not written: no leader yet
+                    del new_states[(t, p)]
+                else:
+                    self.topics[t].partitions[p] = s
         await self._write_states(changes)
         return sorted(new_states) + sorted(changes)
 
@@ -498,7 +599,8 @@ class KafkaController:
                 results.append(IsrChangeResult(ErrorCode.INVALID_UPDATE_VERSION))
             elif (broker_id not in change.new_isr
                   or any(b not in state.replicas or b not in self.live
-                         or (b in self.shutting_down and b not in state.isr)
+                         or (b not in state.isr and (b in self.shutting_down or (
+                             change.topic, change.partition) in self.offline_replicas.get(b, ())))
                          for b in change.new_isr)):
                 results.append(IsrChangeResult(ErrorCode.INELIGIBLE_REPLICA))
             elif change.new_isr == state.isr:
@@ -550,14 +652,16 @@ class KafkaController:
                 if state.leader in live:
                     results[tp] = (ErrorCode.ELECTION_NOT_NEEDED, "the partition has a leader")
                     continue
-                result = election.offline_partition(state.replicas, state.isr, live, True)
+                result = election.offline_partition(state.replicas, state.isr,
+                                                    self._online_brokers(tp, live), True)
                 error = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
             else:
                 if state.replicas and state.leader == state.replicas[0]:
                     results[tp] = (ErrorCode.ELECTION_NOT_NEEDED,
                                    "the preferred replica leads already")
                     continue
-                result = election.preferred_replica(state.replicas, state.isr, live)
+                result = election.preferred_replica(state.replicas, state.isr,
+                                                    self._online_brokers(tp, live))
                 error = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
             if result.leader is None:
                 results[tp] = (error, f"no replica of {tp[0]}-{tp[1]} may lead: replicas "
@@ -797,8 +901,11 @@ class KafkaController:
                 for p, s in sorted(topic.partitions.items())]
 
     def _send_leader_and_isr(self, partitions: Iterable[TopicPartition],
-                             brokers: Mapping[int, BrokerRegistration]) -> None:
-        """LeaderAndIsr to each of `brokers` for its replicas among `partitions`."""
+                             brokers: Mapping[int, BrokerRegistration],
+                             probe: bool = False) -> None:
+        """LeaderAndIsr to each of `brokers` for its replicas among `partitions`, but for
+        those known to be in an offline log dir unless `probe` (a log dir event asks about
+        them all). The answers' KAFKA_STORAGE_ERRORs mark replicas offline."""
         partitions = list(partitions)
         endpoints = self._endpoints()
         for broker_id in brokers:
@@ -807,7 +914,8 @@ class KafkaController:
             for t, p in partitions:
                 topic = self.topics.get(t)
                 state = topic.partitions.get(p) if topic is not None else None
-                if state is None or broker_id not in state.replicas:
+                if state is None or broker_id not in state.replicas or (
+                        not probe and (t, p) in self.offline_replicas.get(broker_id, ())):
                     continue
                 by_topic.setdefault(t, []).append(lai.LeaderAndIsrPartitionState(
                     topic_name=t, partition_index=p, controller_epoch=state.controller_epoch,
@@ -828,7 +936,8 @@ class KafkaController:
                 live_leaders=[lai.LeaderAndIsrLiveLeader(
                     broker_id=b, host_name=endpoints[b][0], port=endpoints[b][1])
                     for b in sorted(leaders)])
-            self.channel.send(broker_id, _grouped_from(ApiKey.LEADER_AND_ISR, 2, request))
+            self.channel.send(broker_id, _grouped_from(ApiKey.LEADER_AND_ISR, 2, request),
+                              lambda r, b=broker_id: self._on_leader_and_isr_response(b, r))
 
     def _stop_replica_deleting(self, topic: str, partitions: list[int]) -> RequestBuilder:
         """StopReplica with delete, in the layout of the version chosen: partitions
@@ -870,7 +979,8 @@ class KafkaController:
                 topic_name=t, partition_index=p, controller_epoch=s.controller_epoch,
                 leader=s.leader, leader_epoch=s.leader_epoch, isr=list(s.isr),
                 zk_version=s.partition_epoch, replicas=list(s.replicas),
-                offline_replicas=[r for r in s.replicas if r not in self.live]))
+                offline_replicas=[r for r in s.replicas if r not in self.live
+                                  or (t, p) in self.offline_replicas.get(r, ())]))
         topic_ids = {t: (topic.topic_id if topic is not None and topic.name == t
                          else self.topics[t].topic_id) for t in by_topic}
         return _grouped_from(ApiKey.UPDATE_METADATA, 5, um.UpdateMetadataRequest(

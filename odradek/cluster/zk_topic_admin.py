@@ -5,16 +5,19 @@ or a topic config change validates it against what it knows of the cluster (its
 MetadataCache) and writes it to ZooKeeper; the elected controller, watching, elects the
 leaders and tells the brokers, whose caches then show the change. The checks and the
 replica assignment are the single-node controller's (odradek/cluster/controller.py).
+Every ZooKeeper call runs in a worker thread: kazoo blocks until ZooKeeper answers, and
+the event loop serves the broker's other clients meanwhile.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 from collections.abc import Callable, Mapping
 from uuid import UUID
 
-from odradek.cluster.controller import Controller, PartitionListener
+from odradek.cluster.controller import Controller, PartitionListener, UnknownTopicError
 from odradek.cluster.metadata import PartitionState, TopicMetadata
 from odradek.cluster.topics import TopicExistsError
 from odradek.cluster.zookeeper.store import ZooKeeperMetadataStore
@@ -35,6 +38,7 @@ class ZkTopicAdmin(Controller):
         self.topics_by_id = topics_by_id
         self.listener = None
         self._brokers = brokers
+        self._changes = asyncio.Lock()
 
     @property
     def live_brokers(self) -> list[int]:
@@ -43,30 +47,44 @@ class ZkTopicAdmin(Controller):
     def broker_racks(self) -> dict[int, str | None]:
         return dict(self._brokers())
 
-    def startup(self, listener: PartitionListener) -> None:
+    async def startup(self, listener: PartitionListener) -> None:
         """Nothing to hand out: the controller's LeaderAndIsr requests do that."""
 
-    def _create(self, topic: TopicMetadata) -> None:
+    async def _create(self, topic: TopicMetadata) -> None:
         try:
-            self.store.create_topic(topic)
+            await asyncio.to_thread(self.store.create_topic, topic)
         except ValueError as e:  # another broker created it, and our cache is behind
             raise TopicExistsError(f"topic {topic.name!r} already exists") from e
         log.info("created topic %s with %d partitions (id %s) in ZooKeeper", topic.name,
                  len(topic.partitions), topic.topic_id)
 
-    def _delete(self, topic: TopicMetadata) -> None:
-        self.store.delete_topic(topic.name)
+    async def _delete(self, topic: TopicMetadata) -> None:
+        await asyncio.to_thread(self.store.delete_topic, topic.name)
         log.info("deleted topic %s from ZooKeeper", topic.name)
 
-    def _add_partitions(self, topic: TopicMetadata, new: dict[int, PartitionState]) -> None:
-        changed = copy.deepcopy(topic)
+    async def _add_partitions(self, topic: TopicMetadata,
+                              new: dict[int, PartitionState]) -> None:
+        changed = _copy(topic)
         changed.partitions.update(new)
-        self.store.update_topic(changed)
+        await asyncio.to_thread(self.store.update_topic, changed)
 
-    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
-        changed = copy.deepcopy(self.topics[name])
-        changed.configs = dict(configs)
-        self.store.update_topic(changed)
-        # This broker's copy changes now; the others' at the change notification.
-        self.topics[name].configs.clear()
-        self.topics[name].configs.update(configs)
+    async def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        async with self._changes:
+            topic = self.topics.get(name)
+            if topic is None:
+                raise UnknownTopicError(f"topic {name!r} does not exist")
+            changed = _copy(topic)
+            changed.configs = dict(configs)
+            await asyncio.to_thread(self.store.update_topic, changed)
+            # This broker's copy changes now; the others' at the change notification.
+            topic.configs.clear()
+            topic.configs.update(configs)
+
+
+def _copy(topic: TopicMetadata) -> TopicMetadata:
+    """A copy for a worker thread to write: the cache's own states change on the loop
+    (UpdateMetadata), and the store sets the epochs of the states it writes. Cheaper than
+    a deepcopy (the lists in a state are replaced, never changed in place)."""
+    return TopicMetadata(topic.name, topic.topic_id,
+                         {p: copy.copy(s) for p, s in topic.partitions.items()},
+                         dict(topic.configs))

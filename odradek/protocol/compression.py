@@ -27,6 +27,7 @@ import cramjam
 
 from odradek.protocol.exceptions import (
     CorruptRecordError,
+    DecompressionLimitError,
     ProtocolError,
     UnsupportedCompressionError,
 )
@@ -118,19 +119,49 @@ def decompress(
     """Decompress a batch's records section; CorruptRecordError if malformed or > max_size."""
     if codec == NONE:
         if len(data) > max_size:
-            raise CorruptRecordError(f"{len(data)} bytes of records: more than {max_size}")
+            raise DecompressionLimitError(f"{len(data)} bytes of records: more than {max_size}")
         return bytes(data)
     if codec == SNAPPY:
         if len(data) >= _XERIAL_HEADER_SIZE and bytes(data[:8]) == XERIAL_MAGIC:
             return _xerial_decompress(data, max_size)
         return _snappy_raw_decompress(data, max_size, max_size)
     if codec == GZIP:
-        return _decompress_bounded(cramjam.gzip.decompress_into, data, max_size, "gzip")
+        return _decompress_bounded(cramjam.gzip.decompress_into, data, max_size, "gzip",
+                                   _gzip_size(data))
     if codec == LZ4:
         return _decompress_bounded(cramjam.lz4.decompress_into, data, max_size, "lz4")
     if codec == ZSTD:
-        return _decompress_bounded(cramjam.zstd.decompress_into, data, max_size, "zstd")
+        return _decompress_bounded(cramjam.zstd.decompress_into, data, max_size, "zstd",
+                                   _zstd_size(data))
     raise UnsupportedCompressionError(f"unknown compression codec id {codec}")
+
+
+def _gzip_size(data: _Buffer) -> int | None:
+    """The size a gzip member's trailer states (ISIZE, mod 2^32): a hint, never trusted."""
+    if len(data) < 18:  # a 10-byte header and the 8-byte trailer
+        return None
+    return int.from_bytes(memoryview(data)[-4:], "little")
+
+
+_ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
+
+
+def _zstd_size(data: _Buffer) -> int | None:
+    """Frame_Content_Size of a zstd frame's header, when the writer put it there (librdkafka
+    does, streaming writers such as Java's do not): a hint, never trusted."""
+    view = memoryview(data)
+    if len(view) < 6 or bytes(view[:4]) != _ZSTD_MAGIC:
+        return None
+    descriptor = view[4]
+    single_segment = descriptor & 0x20
+    fcs_size = (1 if single_segment else 0, 2, 4, 8)[descriptor >> 6]
+    if fcs_size == 0:
+        return None
+    start = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 0x03]
+    if len(view) < start + fcs_size:
+        return None
+    size = int.from_bytes(view[start : start + fcs_size], "little")
+    return size + 256 if fcs_size == 2 else size
 
 
 def _decompress_bounded(
@@ -138,6 +169,7 @@ def _decompress_bounded(
     data: _Buffer,
     max_size: int,
     name: str,
+    hint: int | None = None,
 ) -> bytes:
     """Decompress into fixed-size buffers, so the output can never exceed max_size bytes.
 
@@ -145,10 +177,14 @@ def _decompress_bounded(
     that buffer is full, which is what bounds a bomb. A first try uses a modest bytearray;
     if it fails (too small, or corrupt input) the second and last try uses an anonymous
     mmap of max_size + 1 bytes, which the kernel zeroes lazily page by page, so a large
-    allowance costs only the pages actually written.
+    allowance costs only the pages actually written. A size the data states (`hint`)
+    sizes the first try, so that a batch that compresses well is not inflated twice.
     """
     limit = max_size + 1  # one spare byte tells "exactly max_size" from "more"
-    guess = min(limit, max(_MIN_GUESS, len(data) * _GUESS_RATIO))
+    if hint is not None and hint < max_size:
+        guess = hint + 1
+    else:
+        guess = min(limit, max(_MIN_GUESS, len(data) * _GUESS_RATIO))
     out = bytearray(guess)
     try:
         n = decompress_into(data, out)
@@ -157,7 +193,7 @@ def _decompress_bounded(
             raise _decompression_error(name, exc, max_size) from None
     else:
         if n > max_size:
-            raise CorruptRecordError(f"{name} data decompresses to more than {max_size} bytes")
+            raise DecompressionLimitError(f"{name} data decompresses to more than {max_size} bytes")
         del out[n:]
         return bytes(out)
     with mmap.mmap(-1, limit) as big:
@@ -166,14 +202,16 @@ def _decompress_bounded(
         except cramjam.DecompressionError as exc:
             raise _decompression_error(name, exc, max_size) from None
         if n > max_size:
-            raise CorruptRecordError(f"{name} data decompresses to more than {max_size} bytes")
+            raise DecompressionLimitError(f"{name} data decompresses to more than {max_size} bytes")
         return big[:n]
 
 
 def _decompression_error(name: str, exc: Exception, max_size: int) -> CorruptRecordError:
-    # cramjam reports a full output buffer as an io WriteZero error with this text.
-    if "failed to write whole buffer" in str(exc):
-        return CorruptRecordError(f"{name} data decompresses to more than {max_size} bytes")
+    # cramjam reports a full output buffer as an io WriteZero error with the first text;
+    # zstd, for a frame whose stated content size is larger than the buffer, the second.
+    text = str(exc)
+    if "failed to write whole buffer" in text or "Destination buffer is too small" in text:
+        return DecompressionLimitError(f"{name} data decompresses to more than {max_size} bytes")
     return CorruptRecordError(f"corrupt {name} data: {exc}")
 
 
@@ -182,7 +220,7 @@ def _snappy_raw_decompress(data: _Buffer, budget: int, max_size: int) -> bytes:
     try:
         size = cramjam.snappy.decompress_raw_len(data)
         if size > budget:
-            raise CorruptRecordError(f"snappy data decompresses to more than {max_size} bytes")
+            raise DecompressionLimitError(f"snappy data decompresses to more than {max_size} bytes")
         out = bytearray(size)
         n = cramjam.snappy.decompress_raw_into(data, out)
     except cramjam.DecompressionError as exc:

@@ -7,6 +7,8 @@ the connection) without guessing. Each class names the Kafka error code it maps 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class KafkaError(Exception):
     """An error that has a Kafka error code: what the wire, the logs and the CLI report."""
@@ -46,10 +48,24 @@ class CorruptRecordError(ProtocolError):
     error_code = 2  # CORRUPT_MESSAGE
 
 
+class DecompressionLimitError(CorruptRecordError):
+    """Compressed records that inflate past the allowed size: a decompression bomb, or a
+    batch bigger than the bound. Nothing past the bound was ever allocated."""
+
+
 class InvalidRecordError(ProtocolError):
-    """A well-formed batch that Kafka refuses, such as a legacy (magic 0/1) message set."""
+    """A well-formed batch that Kafka refuses, such as a legacy (magic 0/1) message set.
+
+    `record_errors` lists the records at fault as (index in the batch, message): Produce
+    v8+'s record_errors, so that a producer fails those records and not the whole batch.
+    """
 
     error_code = 87  # INVALID_RECORD
+
+    def __init__(self, message: str = "",
+                 record_errors: Sequence[tuple[int, str | None]] = ()) -> None:
+        super().__init__(message)
+        self.record_errors = list(record_errors)
 
 
 class UnsupportedCompressionError(ProtocolError):

@@ -48,6 +48,7 @@ from odradek.storage.config import (
 )
 from odradek.storage.errors import InvalidConfigError
 from odradek.storage.log_manager import LogManagerConfig
+from odradek.storage.log_validator import DEFAULT_MAX_DECOMPRESSED_BYTES, RecordValidation
 
 __all__ = [
     "BROKER_CONFIGS",
@@ -244,6 +245,19 @@ _HAND_KEYS: list[BrokerKey] = [
            Range(1)),
         _K("connections.max.idle.ms", _T.LONG, 600_000,
            "Close connections idle for longer than this.", Range(1)),
+        _K("queued.max.request.bytes", _T.LONG, 256 * 1024 * 1024,
+           "The most bytes held for requests, across all connections: those arriving "
+           "(each frame's buffer grows with the bytes that come, never to the size its "
+           "prefix claims) and those read but not yet handled. At the cap the broker stops "
+           "reading the sockets of requests larger than 64 KiB until memory is freed, and "
+           "reads smaller ones one at a time per connection; a request larger than the cap "
+           "is still read when nothing else can free memory. -1 or 0: no cap (Kafka's "
+           "default is -1).", Range(-1)),
+        _K("socket.request.receive.timeout.ms", _T.INT, 30_000,
+           "Odradek's (Kafka has none): how long a request may take to arrive in full, "
+           "from its first byte. A request still partial after this closes its connection, "
+           "which frees its memory; time the broker itself stops reading a pipelining "
+           "client does not count.", Range(1)),
         _K("queued.max.requests", _T.INT, 500,
            "How many requests may wait for a handler before the network layer stops "
            "reading.", Range(1)),
@@ -262,6 +276,12 @@ _HAND_KEYS: list[BrokerKey] = [
         _K("log.flush.start.offset.checkpoint.interval.ms", _T.INT, 60_000,
            "How often the log start offsets are checkpointed.",
            Range(1, text=_NOT_ZERO)),
+        _K("log.dir.min.free.bytes", _T.LONG, 1024 * 1024 * 1024,
+           "The free space each log dir keeps in reserve (Odradek's; Redpanda's "
+           "storage_min_free_bytes): below it, or below 5% of the dir's file system if that "
+           "is less, produces are refused with KAFKA_STORAGE_ERROR (retriable) while fetches, "
+           "retention and DeleteRecords go on; writes resume by themselves once space "
+           "returns. 0 turns the reserve off.", Range(0)),
         _K("log.cleaner.enable", _T.BOOLEAN, True,
            "Run the log cleaner, which compacts topics with cleanup.policy=compact."),
         _K("log.cleaner.threads", _T.INT, 1, "The number of log cleaner threads.",
@@ -271,6 +291,20 @@ _HAND_KEYS: list[BrokerKey] = [
            dynamic=True),
         _K("producer.id.expiration.check.interval.ms", _T.INT, 10 * MS_PER_MINUTE,
            "How often expired producer ids are removed.", Range(1)),
+        _K("odradek.batch.max.decompressed.bytes", _T.INT, DEFAULT_MAX_DECOMPRESSED_BYTES,
+           "Odradek's (Kafka has no bound): the most a produced compressed batch may inflate "
+           "to. The leader inflates every compressed batch to check its records, never past "
+           "this; a batch that would is refused with MESSAGE_TOO_LARGE (a Java producer "
+           "splits it and retries), so a decompression bomb costs at most this much memory. "
+           "Raise it for topics whose batches (up to max.message.bytes compressed) inflate "
+           "further.",
+           Range(1)),
+        _K("odradek.record.validation.enable", _T.BOOLEAN, True,
+           "Odradek's benchmark and diagnostic switch, never to be turned off in production: "
+           "false skips the leader's walk of every produced record (keys on compacted "
+           "topics, record timestamps, record counts, offset deltas, lengths, compressed "
+           "bodies), leaving only the batch header and CRC checks, so that a batch with a "
+           "valid CRC and broken records is stored and breaks its readers."),
     ),
     *_in(
         "Group coordinator",
@@ -965,6 +999,12 @@ def _log_manager_config(values: Mapping[str, Any], log_dirs: tuple[Path, ...],
         ],
         "cleaner_enable": values["log.cleaner.enable"],
         "cleaner_threads": values["log.cleaner.threads"],
+        "record_validation": RecordValidation(
+            enabled=values["odradek.record.validation.enable"],
+            max_decompressed_bytes=values["odradek.batch.max.decompressed.bytes"]),
+        "min_free_bytes": values["log.dir.min.free.bytes"],
+        # In a cluster other replicas can lead: a full disk takes its dir offline there.
+        "offline_on_full": bool(values["zookeeper.connect"]),
         # Fields LogManagerConfig may not have yet; passed only where it does.
         "producer_id_expiration_ms": values["producer.id.expiration.ms"],
         "producer_id_expiration_check_interval_ms": values[

@@ -6,6 +6,12 @@ pipelined requests wait in the connection's queue, and the socket stops being re
 that queue is long. A request whose API or version we do not serve, or whose body does
 not decode, closes that connection alone, as Kafka does; an ApiVersions request of an
 unknown version is answered with UNSUPPORTED_VERSION and our ranges (KIP-511).
+
+Memory is bounded whatever clients send: a frame's buffer grows with the bytes that
+arrive (FrameReader), the bytes held for requests across all connections are capped
+(RequestMemoryPool, queued.max.request.bytes), a request that does not arrive in full in
+time closes its connection, and memory freed by dropped connections is handed back to
+the operating system.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import itertools
 import logging
 import os
 import socket
+import struct
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -27,12 +34,41 @@ from odradek.protocol.exceptions import ProtocolError
 from odradek.protocol.framing import FrameReader, Request, decode_request_header
 from odradek.protocol.message import Message
 from odradek.protocol.messages.request_header import RequestHeader
+from odradek.server.allocator import release_free_memory
 from odradek.server.response import FileRegion, Part, encode_response_parts
 
 log = logging.getLogger(__name__)
 
 _MAX_QUEUED_FRAMES = 16  # stop reading a connection whose client pipelines this far ahead
 _STOP_GRACE_S = 10.0  # how long stop() lets in-flight requests finish
+# Memory of dropped connections (partial frames, scratch buffers) handed back to the
+# operating system once this much has been freed, a second after the last of a burst.
+_TRIM_AFTER_BYTES = 16 * 1024 * 1024
+_TRIM_DELAY_S = 1.0
+_SWEEP_INTERVAL_S = 1.0  # at most this between checks for stalled requests
+_LOG_INTERVAL_S = 10.0  # at most one "connections wait for memory" line per this
+# Why a connection's socket is not read (a connection may be paused for both).
+_QUEUE_FULL = "queue"
+_MEMORY_FULL = "memory"
+_INT = struct.Struct("i")
+
+try:
+    from fcntl import ioctl
+    from termios import FIONREAD
+except ImportError:  # not Unix: no hint, frames' buffers grow by steps alone
+    ioctl = None  # type: ignore[assignment]
+    FIONREAD = 0
+
+
+def _bytes_waiting(fd: int) -> int:
+    """How many bytes wait in a socket's receive queue (FIONREAD): bytes that have arrived,
+    so a frame's buffer may be sized for them."""
+    if ioctl is None or fd < 0:
+        return 0
+    try:
+        return int(_INT.unpack(ioctl(fd, FIONREAD, b"\0\0\0\0"))[0])
+    except OSError:
+        return 0
 
 
 class CloseConnection(Exception):
@@ -75,6 +111,107 @@ class BoundListener:
     port: int  # the port actually bound (a configured 0 picks a free one)
 
 
+class RequestMemoryPool:
+    """queued.max.request.bytes: the bytes held for requests across all connections, both
+    partial (the buffer a frame larger than a connection's scratch grows into as it
+    arrives) and whole (read, waiting for or in its handler).
+
+    A connection reserves each step of a frame's buffer before it reads on (Kafka's
+    SocketServer allocates from its MemoryPool the same way, but the whole frame at once);
+    when the step does not fit, the connection stops reading (pause_reading) and waits,
+    in arrival order, until it does. Requests that fit the scratch need no reservation and
+    keep flowing, one at a time per connection while the pool is full, so that clients
+    with small requests are served meanwhile. Whole requests drain as they are handled;
+    partial ones as they complete, close, or time out (socket.request.receive.timeout.ms).
+    So that this never deadlocks, when the waiting connections hold every partial frame
+    and no whole request is left to drain, the first in line reads on past the cap until
+    its frame is whole: a request larger than the cap is admitted too, one at a time, as
+    Kafka's non-strict pool admits one allocation past its size.
+    """
+
+    def __init__(self, capacity: int | None) -> None:
+        self.capacity = capacity if capacity is not None and capacity > 0 else None
+        self.held = 0  # bytes held for requests, partial and whole
+        self.whole = 0  # of which: requests read in full
+        self.freed = 0  # bytes given up by dropped connections since the last trim
+        # Connections waiting for memory, in arrival order: (bytes they wait for, bytes
+        # of partial frame they hold meanwhile).
+        self.waiting: dict[KafkaConnection, tuple[int, int]] = {}
+        self.waiting_held = 0
+        self.exempt: KafkaConnection | None = None  # reading on past the cap
+        self.waits = 0  # how many times a connection waited for memory (a metric)
+        self._logged_at = -_LOG_INTERVAL_S  # when connections last started waiting, logged
+        self._logged = False  # whether the present wait was logged
+
+    @property
+    def full(self) -> bool:
+        return self.capacity is not None and self.held >= self.capacity
+
+    def reserve(self, connection: KafkaConnection, nbytes: int) -> bool:
+        """Takes `nbytes` for the next step of the connection's frame, if they fit (and
+        nobody waits ahead of it); False: call wait()."""
+        capacity = self.capacity
+        if (capacity is None or connection is self.exempt
+                or (not self.waiting and self.held + nbytes <= capacity)):
+            self.held += nbytes
+            return True
+        return False
+
+    def wait(self, connection: KafkaConnection, nbytes: int, holding: int) -> None:
+        """The connection stops reading until `nbytes` are reserved for it."""
+        now = time.monotonic()
+        if not self.waiting and now - self._logged_at >= _LOG_INTERVAL_S:
+            # At most one line per interval: near the cap, waits may come and go often.
+            log.info("requests hold %d bytes of queued.max.request.bytes=%s: connections "
+                     "reading large requests wait for memory", self.held, self.capacity)
+            self._logged_at, self._logged = now, True
+        self.waiting[connection] = (nbytes, holding)
+        self.waiting_held += holding
+        self.waits += 1
+        connection.pause_reading_for(_MEMORY_FULL)
+        self._wake()
+
+    def released(self) -> None:
+        """Call after the bytes held went down."""
+        if self.waiting:
+            self._wake()
+
+    def forget(self, connection: KafkaConnection) -> None:
+        """A connection closed (its bytes already given back)."""
+        waited = self.waiting.pop(connection, None)
+        if waited is not None:
+            self.waiting_held -= waited[1]
+        if self.exempt is connection:
+            self.exempt = None
+        self.released()
+
+    def frame_completed(self, connection: KafkaConnection) -> None:
+        if self.exempt is connection:
+            self.exempt = None  # what it read is whole now: it drains as it is handled
+            self.released()
+
+    def _wake(self) -> None:
+        capacity = self.capacity
+        assert capacity is not None
+        while self.waiting:
+            connection = next(iter(self.waiting))
+            nbytes, holding = self.waiting[connection]
+            if self.held + nbytes > capacity:
+                # Nothing will free memory for it (every partial frame waits, no whole
+                # request is left to handle): it reads on past the cap. The receive timeout
+                # drops it if its client has stalled, and then the next one goes on.
+                if self.exempt is not None or self.held > self.waiting_held:
+                    return
+                self.exempt = connection
+            del self.waiting[connection]
+            self.waiting_held -= holding
+            self.held += nbytes
+            connection.memory_reserved(nbytes)
+        if self._logged:
+            self._logged = False
+            log.info("requests hold %d bytes: connections read again", self.held)
+
+
 class SocketServer:
     def __init__(
         self,
@@ -82,14 +219,23 @@ class SocketServer:
         *,
         max_frame_size: int,
         connections_max_idle_ms: int,
+        queued_max_request_bytes: int | None = None,
+        request_receive_timeout_ms: int | None = None,
     ) -> None:
         self.handler = handler
         self.max_frame_size = max_frame_size
         self.idle_timeout_s = connections_max_idle_ms / 1000
+        self.pool = RequestMemoryPool(queued_max_request_bytes)
+        # socket.request.receive.timeout.ms: how long a request may take to arrive in full.
+        self.receive_timeout_s = (None if request_receive_timeout_ms is None
+                                  else request_receive_timeout_ms / 1000)
         self._servers: list[asyncio.Server] = []
         self.listeners: list[BoundListener] = []
         self.connections: set[KafkaConnection] = set()
         self._ids = itertools.count(1)
+        self._sweeper: asyncio.Task[None] | None = None
+        self._trim: asyncio.TimerHandle | None = None
+        self._stopping = False
 
     async def start(self, listeners: list[tuple[str, str, int]]) -> list[BoundListener]:
         """Binds each (name, host, port); an empty host means every interface."""
@@ -103,13 +249,20 @@ class SocketServer:
             bound_port = server.sockets[0].getsockname()[1]
             self.listeners.append(BoundListener(name, host, bound_port))
             log.info("listening on %s://%s:%d", name, host or "0.0.0.0", bound_port)
+        if self.receive_timeout_s is not None and self._sweeper is None:
+            self._sweeper = loop.create_task(self._drop_stalled_requests())
         return self.listeners
 
     async def stop(self) -> None:
         """Stops accepting, lets each connection finish the request it is handling, then
         closes them all."""
+        self._stopping = True
         for server in self._servers:
             server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        if self._trim is not None:
+            self._trim.cancel()
         for connection in list(self.connections):
             connection.stop_after_current()
         deadline = time.monotonic() + _STOP_GRACE_S
@@ -123,6 +276,43 @@ class SocketServer:
     def next_connection_id(self) -> int:
         return next(self._ids)
 
+    async def _drop_stalled_requests(self) -> None:
+        """A request that has not arrived in full within socket.request.receive.timeout.ms
+        closes its connection, which frees what it held."""
+        assert self.receive_timeout_s is not None
+        timeout = self.receive_timeout_s
+        while True:
+            await asyncio.sleep(min(_SWEEP_INTERVAL_S, max(timeout / 4, 0.01)))
+            oldest = time.monotonic() - timeout
+            for connection in [c for c in self.connections
+                               if c.partial_since is not None and c.partial_since < oldest]:
+                connection.drop_stalled_request(timeout)
+
+    def connection_freed(self, nbytes: int) -> None:
+        """A closed connection gave up `nbytes` of buffers. glibc keeps freed memory in its
+        heap (odradek/server/allocator.py keeps up to 256 MiB on purpose, so that the
+        buffers of steady traffic are reused warm); after a burst of dropped connections,
+        hand it back to the operating system, once, a second after the burst."""
+        pool = self.pool
+        pool.freed += nbytes
+        if pool.freed >= _TRIM_AFTER_BYTES and not self._stopping:
+            if self._trim is not None:
+                self._trim.cancel()
+            self._trim = asyncio.get_running_loop().call_later(_TRIM_DELAY_S, self._start_trim)
+
+    def _start_trim(self) -> None:
+        self._trim = None
+        freed, self.pool.freed = self.pool.freed, 0
+        log.debug("handing freed memory back to the OS after %d bytes of dropped connections",
+                  freed)
+        # In a thread: on a heap of a few hundred MiB, malloc_trim takes ~10 ms.
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(release_free_memory))
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+
+_background: set[asyncio.Future[bool]] = set()  # tasks kept alive until they end
+
 
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, server: SocketServer, listener_name: str) -> None:
@@ -133,11 +323,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.frames: collections.deque[bytearray] = collections.deque()
         self.transport: asyncio.Transport | None = None
         self.peer = ("", 0)
+        self._fd = -1  # the socket's, for FIONREAD
         self.last_active = time.monotonic()
+        # When the partial request being read began arriving (None: no partial request).
+        self.partial_since: float | None = None
+        self._pool = server.pool
+        self._partial_held = 0  # bytes of the partial frame's own buffer (and the next
+        # step of it, once reserved), in the pool
         self._frame_arrived: asyncio.Event = asyncio.Event()
         self._can_write: asyncio.Event = asyncio.Event()
         self._can_write.set()
-        self._reading_paused = False
+        self._paused_for: set[str] = set()  # why the socket is not read
         self._stopping = False
         self._busy = False
         self._task: asyncio.Task[None] | None = None
@@ -151,6 +347,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if sock is not None:
+            self._fd = sock.fileno()
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = (str(peer[0]), int(peer[1]))
@@ -160,21 +358,52 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         # The socket is read straight into the frame's buffer: no copy of large requests.
-        return self.reader.get_buffer()
+        buffer = self.reader.get_buffer()
+        held = self.reader.held
+        if held != self._partial_held:  # the frame's buffer was allocated or grew
+            self._pool.held += held - self._partial_held
+            self._partial_held = held
+        return buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.last_active = time.monotonic()
+        now = self.last_active = time.monotonic()
+        reader = self.reader
         try:
-            self.frames.extend(self.reader.buffer_updated(nbytes))
+            frames = reader.buffer_updated(nbytes)
         except ProtocolError as e:
             log.warning("closing connection %d from %s:%d: %s", self.id, *self.peer, e)
             self.abort()
             return
-        if self.frames:
+        pool = self._pool
+        if frames:
+            # A frame read into its own buffer moves from partial to whole in the pool; one
+            # copied out of the scratch is new memory.
+            pool.held -= self._partial_held - reader.held
+            self._partial_held = reader.held
+            size = sum(map(len, frames))
+            pool.held += size
+            pool.whole += size
+            pool.frame_completed(self)
+            self.partial_since = now if reader.buffered else None
+            self.frames.extend(frames)
             self._frame_arrived.set()
-            if len(self.frames) >= _MAX_QUEUED_FRAMES and self.transport is not None:
-                self.transport.pause_reading()
-                self._reading_paused = True
+            if len(self.frames) >= _MAX_QUEUED_FRAMES:
+                self.pause_reading_for(_QUEUE_FULL)
+        elif self.partial_since is None:
+            self.partial_since = now
+        if reader.may_allocate:
+            # The next read may allocate: size it for what already waits in the socket (a
+            # request that streams in gets its buffer in one step), and reserve it first,
+            # or wait for memory.
+            nbytes = reader.next_allocation(_bytes_waiting(self._fd))
+            if nbytes and pool.capacity is not None:
+                if pool.reserve(self, nbytes):
+                    self._partial_held += nbytes
+                else:
+                    pool.wait(self, nbytes, self._partial_held)
+        elif self.frames and pool.full:
+            # At the cap, a connection reads its next request once this one is handled.
+            self.pause_reading_for(_QUEUE_FULL)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
@@ -185,12 +414,53 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._stopping = True
         self._frame_arrived.set()
         self._can_write.set()
+        # Give back what this connection held: its partial frame and the frames it will
+        # never handle (the one being handled is given back when its handler returns).
+        pool = self._pool
+        queued = sum(map(len, self.frames))
+        self.frames.clear()
+        pool.held -= self._partial_held + queued
+        pool.whole -= queued
+        freed = queued + self.reader.discard()
+        self._partial_held = 0
+        self.partial_since = None
+        pool.forget(self)
+        self.server.connection_freed(freed)
 
     def pause_writing(self) -> None:
         self._can_write.clear()
 
     def resume_writing(self) -> None:
         self._can_write.set()
+
+    # ---- reading ----------------------------------------------------------------------
+
+    def pause_reading_for(self, reason: str) -> None:
+        if not self._paused_for and self.transport is not None:
+            self.transport.pause_reading()
+        self._paused_for.add(reason)
+
+    def resume_reading_for(self, reason: str) -> None:
+        if reason not in self._paused_for:
+            return
+        self._paused_for.discard(reason)
+        if reason == _QUEUE_FULL and self.partial_since is not None:
+            # The client was waiting on us, not the other way round: its partial request
+            # gets a full receive timeout again.
+            self.partial_since = time.monotonic()
+        if not self._paused_for and self.transport is not None:
+            self.transport.resume_reading()
+
+    def memory_reserved(self, nbytes: int) -> None:
+        """The pool reserved the next step of this connection's frame: read on."""
+        self._partial_held += nbytes
+        self.resume_reading_for(_MEMORY_FULL)
+
+    def drop_stalled_request(self, timeout_s: float) -> None:
+        log.info("closing connection %d from %s:%d: %d of the %d bytes of a request arrived "
+                 "in %g s (socket.request.receive.timeout.ms)", self.id, *self.peer,
+                 self.reader.buffered, self.reader.announced, timeout_s)
+        self.abort()
 
     # ---- lifecycle --------------------------------------------------------------------
 
@@ -231,10 +501,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     await self._frame_arrived.wait()
                     continue
                 frame = self.frames.popleft()
-                if self._reading_paused and len(self.frames) < _MAX_QUEUED_FRAMES // 2:
-                    assert self.transport is not None
-                    self.transport.resume_reading()
-                    self._reading_paused = False
+                if _QUEUE_FULL in self._paused_for and (
+                        len(self.frames) < _MAX_QUEUED_FRAMES // 2 if not self._pool.full
+                        else not self.frames):
+                    self.resume_reading_for(_QUEUE_FULL)
                 self._busy = True
                 try:
                     parts = await self._process(frame)
@@ -243,14 +513,31 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 finally:
                     self._busy = False
                     self.last_active = time.monotonic()
+                    self._release_whole(len(frame))
+                    del frame
         except asyncio.CancelledError:
             pass
         except (ConnectionError, OSError) as e:
             log.debug("connection %d from %s:%d: %s", self.id, *self.peer, e)
+        except RuntimeError as e:
+            # asyncio's loop.sendfile raises RuntimeError("Transport is closing") when the
+            # client hung up mid-response: an expected disconnect, not an error.
+            if self.transport is None or not self.transport.is_closing():
+                log.exception("closing connection %d from %s:%d after an unexpected error",
+                              self.id, *self.peer)
+            else:
+                log.debug("connection %d from %s:%d closed while answering: %s",
+                          self.id, *self.peer, e)
         except Exception:
             log.exception("closing connection %d from %s:%d after an unexpected error",
                           self.id, *self.peer)
         self.close()
+
+    def _release_whole(self, nbytes: int) -> None:
+        pool = self._pool
+        pool.held -= nbytes
+        pool.whole -= nbytes
+        pool.released()
 
     async def _process(self, frame: bytearray) -> list[Part] | None:
         handler = self.server.handler
@@ -290,9 +577,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _write(self, parts: list[Part]) -> None:
         transport = self.transport
-        if transport is None or transport.is_closing():
+        if transport is None:
             return
         for part in parts:
+            if transport.is_closing():
+                return  # the client hung up mid-response: nothing more to send
             if isinstance(part, bytes):
                 transport.write(part)
             else:

@@ -99,6 +99,7 @@ from odradek.storage.config import LogConfig
 from odradek.storage.errors import StorageError
 from odradek.storage.index import CorruptIndexError
 from odradek.storage.log import Clock, Log, system_clock
+from odradek.storage.log_dir import is_no_space
 from odradek.storage.segment import CLEANED_SUFFIX, BatchAppend, LogSegment
 
 logger = logging.getLogger(__name__)
@@ -738,8 +739,12 @@ class LogCleaner:
                 now = self.clock()
                 chosen = self.grab_filthiest_log(now)
                 result = None if chosen is None else self._clean(chosen, now, background=True)
-            except Exception:
-                logger.exception("log cleaner round failed")
+            except Exception as e:
+                if is_no_space(e) or is_no_space(e.__cause__):
+                    # It tries again after its backoff; a full disk is the dir's to report.
+                    logger.warning("log cleaner round found no space: %s", e)
+                else:
+                    logger.exception("log cleaner round failed")
                 result = None
             if result is None:
                 self._stop.wait(self.config.backoff_ms / 1000)
@@ -796,7 +801,11 @@ class LogCleaner:
         with self._lock:
             self._horizons.pop(log.directory, None)
             self._uncleanable.pop(log.directory, None)
-        self._write_checkpoint(log, None)
+            known = (log.topic, log.partition) in self._dir_checkpoints(log.directory.parent)
+        # A log never cleaned has no entry: rewriting the file (a walk of every log and an
+        # fsync) for each of them made deleting n partitions O(n^2), minutes at 10,000.
+        if known:
+            self._write_checkpoint(log, None)
 
     # -- pausing --
 

@@ -7,6 +7,8 @@ refused"; a handler that takes a log directory offline must look for exactly Sto
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import KafkaError
 
@@ -49,10 +51,17 @@ class InvalidConfigError(StorageError):
 
 
 class InvalidTimestampError(StorageError):
-    """A CreateTime batch timestamp further from the broker's clock than
-    message.timestamp.before.max.ms / message.timestamp.after.max.ms allow."""
+    """A CreateTime record timestamp further from the broker's clock than
+    message.timestamp.before.max.ms / message.timestamp.after.max.ms allow, or a client
+    batch that claims LogAppendTime. `record_errors`: the records at fault as (index in the
+    batch, message), as InvalidRecordError's (Produce v8+)."""
 
     error_code = ErrorCode.INVALID_TIMESTAMP
+
+    def __init__(self, message: str = "",
+                 record_errors: Sequence[tuple[int, str | None]] = ()) -> None:
+        super().__init__(message)
+        self.record_errors = list(record_errors)
 
 
 class OutOfOrderSequenceError(StorageError):
@@ -68,3 +77,20 @@ class InvalidProducerEpochError(StorageError):
     producer instance."""
 
     error_code = ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+class DiskFullError(StorageError):
+    """An append refused for lack of space: the log dir is below its free-space reserve
+    (log.dir.min.free.bytes), or a write ran out of space and was undone. Nothing was
+    written; the producer retries (KAFKA_STORAGE_ERROR is retriable) and succeeds once
+    space returns."""
+
+
+class LogDirOfflineError(StorageError):
+    """The partition's log dir (or the partition's own files) failed an I/O operation and
+    was taken offline: no more appends there until an operator repairs it and restarts."""
+
+
+class SegmentChangedError(StorageError):
+    """A segment file is not what the broker wrote: deleted, or shorter or longer than it
+    believes (changed by something else). Its partition goes offline."""

@@ -21,6 +21,7 @@ bytes after what a reader can see.
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import re
 import struct
@@ -31,8 +32,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from odradek.protocol.exceptions import CorruptRecordError, InvalidRecordError
+from odradek.protocol.exceptions import CorruptRecordError, ProtocolError
 from odradek.protocol.records import (
+    CREATE_TIME,
     CURRENT_MAGIC_VALUE,
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
@@ -43,19 +45,24 @@ from odradek.protocol.records import (
     decode_records,
     iter_batch_headers,
     set_log_append_time,
+    set_max_timestamp,
     set_partition_leader_epoch,
     validate_batch,
 )
 from odradek.storage.config import LogConfig
 from odradek.storage.errors import (
-    InvalidTimestampError,
+    DiskFullError,
+    LogDirOfflineError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
+    SegmentChangedError,
     StorageError,
 )
 from odradek.storage.index import NO_TIMESTAMP
 from odradek.storage.leader_epoch import LeaderEpochCache
+from odradek.storage.log_dir import LogDir, is_no_space
+from odradek.storage.log_validator import AppendOrigin, RecordValidation, validate_records
 from odradek.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     BatchMetadata,
@@ -71,6 +78,8 @@ from odradek.storage.segment import (
     FileSlice,
     LogSegment,
 )
+
+log = logging.getLogger(__name__)
 
 Clock = Callable[[], int]  # milliseconds since the epoch
 
@@ -167,6 +176,13 @@ class Log:
         self._lock = threading.RLock()
         # Set by the LogManager: runs a flush on its background thread.
         self.flush_in_background: Callable[[Callable[[], None]], None] | None = None
+        # Set by the LogManager: the broker's odradek.record.validation.* settings.
+        self.validation = RecordValidation()
+        # Set by the LogManager: the dir's free-space reserve and online state. Without
+        # one (tools, tests), I/O errors simply go up.
+        self.log_dir: LogDir | None = None
+        # Why this partition alone is offline (its files changed under the broker).
+        self.offline_reason: str | None = None
         self._unflushed_messages = 0
         self.last_flush_ms = clock()
         # (due time, segment) of segments renamed .deleted, removed after the delay.
@@ -231,12 +247,19 @@ class Log:
         expected = None
         for i in range(start, len(self._segments)):
             segment = self._segments[i]
+            size = segment.size
             truncated = segment.recover(expected)
             expected = segment.next_offset() if segment.size else expected
             if i < len(self._segments) - 1:
                 segment.offset_index.trim_to_valid_size()
                 segment.time_index.trim_to_valid_size()
             if truncated:
+                later_bytes = sum(later.size for later in self._segments[i + 1 :])
+                log.warning(
+                    "%s: recovery cut %s from %d to %d bytes at a torn or corrupt batch "
+                    "(%d bytes dropped) and removed %d later segments (%d bytes)",
+                    self.name, segment.log_path.name, size, size - truncated, truncated,
+                    len(self._segments) - i - 1, later_bytes)
                 for later in self._segments[i + 1 :]:
                     later.delete_files()
                 del self._segments[i + 1 :]
@@ -250,15 +273,30 @@ class Log:
             # The crash lost data below a checkpointed log start: start over there, as
             # Kafka's LogLoader does, so offsets below it are never handed out again.
             self.truncate_fully_and_start_at(self.log_start_offset)
-        self.recovery_point = self.log_end_offset
+        end = self.log_end_offset
+        # Moves to the end once the recovered segments are flushed.
+        self.recovery_point = min(self.recovery_point, end)
         # Epochs recorded for batches the crash lost must not outlive them.
-        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
-        self.flush()
+        self.leader_epoch_cache.truncate_from_end(end)
         # Producer state: snapshots past the recovered end describe lost batches; the rest
         # is rebuilt now, while recovery has the segments in the page cache.
-        end = self.log_end_offset
         self.producer_state.delete_snapshots_after(end)
-        self._producers().take_snapshot(end)
+        try:
+            self.flush()
+            self._producers().take_snapshot(end)
+        except (OSError, StorageError) as e:
+            # A full disk must not keep the broker from starting: what recovery validated
+            # is in the page cache, and the next start recovers from the old point again.
+            log.warning("%s: recovered, but could not write its indexes or producer "
+                        "snapshot (%s); it is recovered again at the next start", self.name, e)
+
+    def _recover_corrupt_active_segment(self) -> None:
+        """A log opened as cleanly shut down whose last segment does not parse (written
+        through a failed append by an older version, or changed on disk): recover it."""
+        log.warning("%s: its last segment %s is corrupt although the broker shut down "
+                    "cleanly; recovering it", self.name, self._segments[-1].log_path.name)
+        self.recovery_point = min(self.recovery_point, self._bases[-1])
+        self._recover()
 
     # ---- state ------------------------------------------------------------------------
 
@@ -266,7 +304,11 @@ class Log:
     def log_end_offset(self) -> int:
         if self._log_end_offset is None:
             with self._lock:
-                self._log_end_offset = self._segments[-1].next_offset()
+                try:
+                    self._log_end_offset = self._segments[-1].next_offset()
+                except ProtocolError:
+                    self._recover_corrupt_active_segment()
+                    self._log_end_offset = self._segments[-1].next_offset()
         return self._log_end_offset
 
     @property
@@ -291,15 +333,18 @@ class Log:
     # ---- appends ----------------------------------------------------------------------
 
     def append_as_leader(self, records: bytes | bytearray | memoryview,
-                         leader_epoch: int | None = None) -> LogAppendInfo:
+                         leader_epoch: int | None = None, *,
+                         origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
         """Validates client batches, assigns their offsets and the leader's epoch (in place
         when `records` is writable) and appends them. A rejected request changes nothing.
-        Without a leader epoch (tools, tests) the batches keep the epoch they carry."""
+        Without a leader epoch (tools, tests) the batches keep the epoch they carry.
+        A coordinator's batches (origin COORDINATOR) may be control batches."""
         buf = memoryview(records)
         if buf.readonly:
             buf = memoryview(bytearray(buf))
-        batches, idempotent = self._validate(buf, from_client=True)
+        batches, idempotent = self._validate(buf, from_client=True, origin=origin)
         with self._lock:
+            self._check_writable(len(buf), from_client=True)
             now = self.clock()
             first = offset = self.log_end_offset
             append_time = now if self.config.message_timestamp_type == "LogAppendTime" else -1
@@ -349,6 +394,7 @@ class Log:
         buf = memoryview(records)
         batches, idempotent = self._validate(buf, from_client=False)
         with self._lock:
+            self._check_writable(len(buf), from_client=False)
             first = batches[0][1].base_offset
             if first < self.log_end_offset:
                 raise StorageError(
@@ -370,8 +416,10 @@ class Log:
             return info
 
     def _validate(self, buf: memoryview, from_client: bool,
+                  origin: AppendOrigin = AppendOrigin.REPLICATION,
                   ) -> tuple[list[tuple[int, RecordBatchHeader]], bool]:
-        """The batches, and whether any has a producer id."""
+        """The batches, and whether any has a producer id. A leader's batches are walked
+        record by record (log_validator.py), a follower's are not: it trusts its leader."""
         batches = list(iter_batch_headers(buf))
         if not batches:
             raise CorruptRecordError("the request carries no record batch")
@@ -379,6 +427,8 @@ class Log:
         now = self.clock()
         previous_last = -1
         idempotent = False
+        walk = from_client and self.validation.enabled
+        create_time = config.message_timestamp_type == "CreateTime"
         for pos, header in batches:
             if header.producer_id >= 0:
                 idempotent = True
@@ -387,48 +437,75 @@ class Log:
                     f"record batch of {header.size_in_bytes} bytes is larger than "
                     f"max.message.bytes={config.max_message_bytes} of {self.name}"
                 )
-            validate_batch(buf, pos, header, from_client=from_client)
+            validate_batch(buf, pos, header,
+                           from_client=from_client and origin is AppendOrigin.CLIENT)
             if not from_client:
                 if header.base_offset <= previous_last:
                     raise CorruptRecordError(f"offsets go backwards at {header.base_offset}")
                 previous_last = header.last_offset
-            elif config.message_timestamp_type == "CreateTime":
-                self._check_timestamp(header, now)
+            elif walk:
+                largest = validate_records(buf, pos, header, config, now, self.validation,
+                                           self.name)
+                if create_time and largest != header.max_timestamp:
+                    # Kafka's setMaxTimestamp: the header says what the records hold (the
+                    # time index and retention read it); the CRC follows.
+                    set_max_timestamp(buf, pos, CREATE_TIME, largest)
+                    header.max_timestamp = largest
         if len(buf) > config.segment_bytes:
             raise RecordBatchTooLargeError(
                 f"{len(buf)} bytes of batches cannot fit a segment of "
                 f"segment.bytes={config.segment_bytes}"
             )
-        if from_client and config.compact:
-            for pos, header in batches:
-                self._check_keys(buf, pos, header)
         return batches, idempotent
 
-    def _check_keys(self, buf: memoryview, pos: int, header: RecordBatchHeader) -> None:
-        # Compaction keeps the latest record per key: a record without one has no place in a
-        # compacted log (Kafka's LogValidator decodes the batch for this, and so do we).
-        if any(r.key is None for r in decode_records(buf, pos, header)):
-            raise InvalidRecordError(
-                f"compacted topic cannot accept a record without key in {self.name}")
+    def _check_writable(self, size: int, from_client: bool) -> None:
+        """Refuses an append, before anything is written, to an offline partition or dir,
+        or (for clients' appends) one that would eat into the dir's free-space reserve.
+        Followers' appends are not held to the reserve: they keep the ISR whole, and the
+        leaders' refusals already stop new data."""
+        if self.offline_reason is not None:
+            raise LogDirOfflineError(f"{self.name} is offline: {self.offline_reason}")
+        if self.log_dir is not None:
+            self.log_dir.check_online()
+            if from_client:
+                self.log_dir.reserve(size)
 
-    def _check_timestamp(self, header: RecordBatchHeader, now: int) -> None:
-        config = self.config
-        for ts in (header.base_timestamp, header.max_timestamp):
-            if ts == NO_TIMESTAMP:
-                continue
-            if now - ts > config.message_timestamp_before_max_ms or (
-                ts - now > config.message_timestamp_after_max_ms
-            ):
-                raise InvalidTimestampError(
-                    f"timestamp {ts} is out of range of the broker's clock ({now}) for "
-                    f"{self.name} (message.timestamp.before/after.max.ms)"
-                )
+    def _write_failed(self, e: Exception, undone: bool = True) -> StorageError:
+        """What an I/O failure while writing makes of this log, as the error to raise. A
+        segment changed under the broker takes this partition offline. Running out of space
+        in a write that was cut off again (`undone`: the files end where they did) is
+        retried by the producer, or, in a cluster where other replicas can lead, takes the
+        dir offline as Kafka does. Any other error takes the dir offline."""
+        if isinstance(e, SegmentChangedError | ProtocolError):
+            self.offline_reason = str(e)
+            log.error("%s is offline: %s", self.name, e)
+            return LogDirOfflineError(f"{self.name} is offline: {e}")
+        if self.log_dir is None:
+            return e if isinstance(e, StorageError) else StorageError(f"{self.name}: {e}")
+        if undone and is_no_space(e) and not self.log_dir.offline_on_full:
+            self.log_dir.out_of_space()
+            return DiskFullError(f"{self.name}: out of space in {self.log_dir.path} ({e}); "
+                                 "nothing was written, retry once space is freed")
+        return self.log_dir.fail(f"writing {self.name} failed: {e}")
+
+    def _read_failed(self, e: Exception) -> StorageError:
+        """A read that finds the files not as written (cut short, or garbage where a batch
+        was) takes this partition offline: later appends would be acknowledged after
+        unreadable data. An I/O error takes the dir offline, as Kafka does."""
+        if isinstance(e, SegmentChangedError | ProtocolError):
+            return self._write_failed(e)
+        if isinstance(e, StorageError) or self.log_dir is None:
+            return e if isinstance(e, StorageError) else StorageError(f"{self.name}: {e}")
+        return self.log_dir.fail(f"reading {self.name} failed: {e}")
 
     def _append(self, buf: memoryview, batches: list[BatchAppend], first: int, now: int,
                 append_time: int) -> LogAppendInfo:
         last = batches[-1].last_offset
-        segment = self._maybe_roll(len(buf), last, now, len(batches))
-        segment.append(buf, batches)
+        try:
+            segment = self._maybe_roll(len(buf), last, now, len(batches))
+            segment.append(buf, batches)
+        except (OSError, StorageError, ProtocolError) as e:
+            raise self._write_failed(e) from e
         self._log_end_offset = last + 1
         self._unflushed_messages += last + 1 - first
         if self._unflushed_messages >= self.config.flush_messages:
@@ -465,16 +542,27 @@ class Log:
             if active.size == 0:
                 return active
             new_base = self.log_end_offset
-            active.on_become_inactive()
             now = self.clock() if now is None else now
             segment = _segment(self.directory, new_base, self.config, active=True, now=now)
             if segment.log_path.exists():
                 raise StorageError(f"{segment.log_path} exists already: cannot roll {self.name}")
-            segment.create()
+            segment.create()  # first: if it fails, the active segment is as it was
+            try:
+                active.on_become_inactive()
+            except OSError as e:
+                if not is_no_space(e):
+                    raise self._write_failed(e, undone=False) from e
+                # Its indexes are whole in memory and written at the next flush or close.
+                log.warning("%s: no space to trim the indexes of %s: %s", self.name,
+                            active.log_path.name, e)
             self._segments.append(segment)
             self._bases.append(new_base)
-            # Recovery of the new segment can then start from a snapshot at its base.
-            self._producers().take_snapshot(new_base)
+            # Recovery of the new segment can then start from a snapshot at its base; without
+            # one (no space for it) recovery starts from an older one.
+            try:
+                self._producers().take_snapshot(new_base)
+            except StorageError as e:
+                log.warning("%s: no producer snapshot at %d: %s", self.name, new_base, e)
         # The rolled segment is fsynced in the background, as Kafka does: an fsync of a
         # whole segment must not stall the appends that follow it.
         if self.flush_in_background is None:
@@ -503,10 +591,18 @@ class Log:
         for segment in segments:  # two flushes at once only fsync twice: no lock needed
             try:
                 segment.flush()
-            except OSError:
-                if segment in self.segments():
-                    raise
-                # Deleted meanwhile (retention, compaction): nothing left to make durable.
+            except DiskFullError:
+                # An index found no space: the recovery point stays where it is (what it
+                # covers must be on disk) and the next flush tries again.
+                if self.log_dir is not None:
+                    self.log_dir.out_of_space()
+                raise
+            except OSError as e:
+                if segment not in self.segments():
+                    continue  # deleted meanwhile (retention, compaction): nothing to make durable
+                # A failed fsync may have dropped dirty pages (fsyncgate): never trust the
+                # dir again, as Kafka.
+                raise self._write_failed(e, undone=False) from e
         with self._lock:
             self.recovery_point = max(self.recovery_point, min(offset, self.log_end_offset))
 
@@ -546,7 +642,10 @@ class Log:
             elif i == len(segments) - 1 or limit < bases[i + 1]:
                 bound = segment.translate_offset(limit)
                 max_position = segment.size if bound is None else bound.position
-            found = segment.read(offset, max_bytes, max_position, min_one_message)
+            try:
+                found = segment.read(offset, max_bytes, max_position, min_one_message)
+            except (OSError, StorageError, ProtocolError) as e:
+                raise self._read_failed(e) from e
             if found is not None and found.length > 0:
                 return FetchDataInfo(offset, [found])
             if max_position is not None:

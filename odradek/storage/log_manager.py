@@ -7,6 +7,12 @@ LogCleaner), flushes logs whose flush.ms has passed, checkpoints recovery points
 start offsets, removes deleted files after file.delete.delay.ms, and forgets idempotent
 producers idle for producer.id.expiration.ms. Shutdown flushes
 and closes every log, writes the checkpoints and the clean-shutdown marker.
+
+Each dir is a LogDir (log_dir.py): a free-space reserve that refuses appends before the
+disk fills, and an online state. A dir that fails an I/O operation goes offline (Kafka's
+KIP-112): its logs refuse appends, its chores stop, its checkpoints and clean-shutdown
+marker are no longer written (the next start recovers it), and `on_log_dir_failure` tells
+the broker, which moves leadership away or stops when no dir is left.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from odradek.storage.checkpoints import (
@@ -30,8 +36,10 @@ from odradek.storage.checkpoints import (
 )
 from odradek.storage.cleaner import CleanerConfig, LogCleaner
 from odradek.storage.config import LogConfig
-from odradek.storage.errors import StorageError
+from odradek.storage.errors import DiskFullError, LogDirOfflineError, StorageError
 from odradek.storage.log import Clock, Log, parse_partition_dir, system_clock
+from odradek.storage.log_dir import LogDir
+from odradek.storage.log_validator import RecordValidation
 from odradek.storage.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -54,6 +62,10 @@ class LogManagerConfig:
     cleaner_threads: int = 1  # log.cleaner.threads
     producer_id_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
     producer_id_expiration_check_interval_ms: int = 600_000  # ...expiration.check.interval.ms
+    # odradek.record.validation.enable, odradek.batch.max.decompressed.bytes
+    record_validation: RecordValidation = field(default_factory=RecordValidation)
+    min_free_bytes: int = 0  # log.dir.min.free.bytes (the broker's default: 1 GiB)
+    offline_on_full: bool = False  # in a cluster: a full disk takes its dir offline
 
 
 class LogManager:
@@ -73,9 +85,18 @@ class LogManager:
         self.clock = clock
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
+        # Partitions per dir, kept as logs come and go: counting _dir_of for each new
+        # log made creating a topic of n partitions O(n^2) (seconds at 10,000).
+        self._partition_counts: dict[Path, int] = {}
         self._lock = threading.Lock()
         self._scheduler: Scheduler | None = None
         self.cleaner: LogCleaner | None = None
+        # Called (from whichever thread found it) when a log dir goes offline.
+        self.on_log_dir_failure: Callable[[LogDir], None] = lambda d: None
+        self.log_dirs = {
+            d: LogDir(d, config.min_free_bytes, offline_on_full=config.offline_on_full,
+                      on_offline=lambda failed: self.on_log_dir_failure(failed))
+            for d in config.log_dirs}
 
     # ---- lifecycle --------------------------------------------------------------------
 
@@ -113,9 +134,7 @@ class LogManager:
                 producer_id_expiration_ms=self.config.producer_id_expiration_ms,
             )
             recovered += not clean
-            partition_log.flush_in_background = self._flush_in_background
-            self._logs[tp] = partition_log
-            self._dir_of[tp] = log_dir
+            self._add(tp, partition_log, log_dir)
         if not clean and recovered:
             log.info("recovered %d logs in %s after an unclean shutdown", recovered, log_dir)
         # From here on the logs are live: a crash must be recovered next time.
@@ -138,7 +157,8 @@ class LogManager:
         scheduler.start()
         self._scheduler = scheduler
         if c.cleaner_enable:
-            self.cleaner = LogCleaner(self.logs, config=CleanerConfig(threads=c.cleaner_threads),
+            self.cleaner = LogCleaner(self.online_logs,
+                                      config=CleanerConfig(threads=c.cleaner_threads),
                                       clock=self.clock)
             self.cleaner.start()
 
@@ -157,12 +177,28 @@ class LogManager:
         if self._scheduler is not None:
             self._scheduler.shutdown()
             self._scheduler = None
-        for partition_log in self.logs():
-            partition_log.close()
+        unclean = {d for d in self.config.log_dirs if self.log_dirs[d].offline}
+        for tp, partition_log in list(self._logs.items()):
+            log_dir = self._dir_of[tp]
+            if log_dir in unclean:
+                continue  # offline: nothing more is written there
+            try:
+                partition_log.close()
+            except (OSError, StorageError) as e:
+                # Not closed cleanly (no space for its indexes or snapshot): the next start
+                # recovers this dir rather than trust it.
+                log.warning("%s not closed cleanly: %s", partition_log.name, e)
+                unclean.add(log_dir)
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         for log_dir in self.config.log_dirs:
-            write_clean_shutdown_marker(log_dir)
+            if log_dir in unclean:
+                log.warning("log dir %s is recovered at the next start", log_dir)
+                continue
+            try:
+                write_clean_shutdown_marker(log_dir)
+            except OSError as e:
+                log.warning("log dir %s is recovered at the next start: %s", log_dir, e)
 
     # ---- logs -------------------------------------------------------------------------
 
@@ -173,6 +209,19 @@ class LogManager:
         with self._lock:
             return list(self._logs.values())
 
+    def online_logs(self) -> list[Log]:
+        """The logs whose dir is online: the background chores' share."""
+        with self._lock:
+            return [lg for tp, lg in self._logs.items()
+                    if not self.log_dirs[self._dir_of[tp]].offline]
+
+    def online_dirs(self) -> list[Path]:
+        return [d for d in self.config.log_dirs if not self.log_dirs[d].offline]
+
+    def log_dir_of(self, topic: str, partition: int) -> LogDir | None:
+        d = self._dir_of.get((topic, partition))
+        return None if d is None else self.log_dirs[d]
+
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
 
@@ -182,25 +231,33 @@ class LogManager:
             existing = self._logs.get((topic, partition))
             if existing is not None:
                 return existing
-            # The log dir with the fewest partitions, as Kafka places new ones.
-            counts = {d: 0 for d in self.config.log_dirs}
-            for d in self._dir_of.values():
-                counts[d] += 1
-            log_dir = min(self.config.log_dirs, key=lambda d: counts[d])
+            # The online log dir with the fewest partitions, as Kafka places new ones.
+            counts = {d: self._partition_counts.get(d, 0) for d in self.online_dirs()}
+            if not counts:
+                raise LogDirOfflineError(f"no log dir is online to create {topic}-{partition}")
+            log_dir = min(counts, key=lambda d: counts[d])
             partition_log = Log.open(
                 log_dir / f"{topic}-{partition}", config or self.log_config(topic),
                 clock=self.clock, producer_id_expiration_ms=self.config.producer_id_expiration_ms,
             )
-            partition_log.flush_in_background = self._flush_in_background
-            self._logs[(topic, partition)] = partition_log
-            self._dir_of[(topic, partition)] = log_dir
+            self._add((topic, partition), partition_log, log_dir)
             return partition_log
+
+    def _add(self, tp: TopicPartition, partition_log: Log, log_dir: Path) -> None:
+        partition_log.flush_in_background = self._flush_in_background
+        partition_log.validation = self.config.record_validation
+        partition_log.log_dir = self.log_dirs[log_dir]
+        self._logs[tp] = partition_log
+        self._dir_of[tp] = log_dir
+        self._partition_counts[log_dir] = self._partition_counts.get(log_dir, 0) + 1
 
     def delete_log(self, topic: str, partition: int) -> None:
         """Takes the log out at once; its directory is renamed `...-delete` and removed."""
         with self._lock:
             partition_log = self._logs.pop((topic, partition), None)
-            self._dir_of.pop((topic, partition), None)
+            log_dir = self._dir_of.pop((topic, partition), None)
+            if log_dir is not None:
+                self._partition_counts[log_dir] -= 1
         if partition_log is None:
             return
         if self.cleaner is not None:
@@ -219,7 +276,7 @@ class LogManager:
         offsets no longer keep. Returns how many."""
         deleted = 0
         now = self.clock()
-        for partition_log in self.logs():
+        for partition_log in self.online_logs():
             try:
                 deleted += len(partition_log.delete_old_segments(now))
             except (OSError, StorageError):
@@ -228,19 +285,23 @@ class LogManager:
 
     def flush_dirty_logs(self) -> None:
         now = self.clock()
-        for partition_log in self.logs():
-            partition_log.flush_if_due(now)
+        for partition_log in self.online_logs():
+            try:
+                partition_log.flush_if_due(now)
+            except (DiskFullError, LogDirOfflineError) as e:
+                log.debug("flush of %s: %s", partition_log.name, e)  # said once, by the dir
 
     def delete_pending_files(self) -> int:
         now = self.clock()
-        return sum(partition_log.delete_pending_files(now) for partition_log in self.logs())
+        return sum(partition_log.delete_pending_files(now)
+                   for partition_log in self.online_logs())
 
     def remove_expired_producers(self) -> int:
         """producer.id.expiration.ms: forgets producers whose last batch is older, in every
         log (Kafka's PeriodicProducerExpirationCheck). Returns how many."""
         removed = 0
         now = self.clock()
-        for partition_log in self.logs():
+        for partition_log in self.online_logs():
             try:
                 removed += partition_log.remove_expired_producers(now)
             except (OSError, StorageError):
@@ -259,4 +320,10 @@ class LogManager:
             for tp, partition_log in self._logs.items():
                 by_dir[self._dir_of[tp]][tp] = offset(partition_log)
         for log_dir, entries in by_dir.items():
-            OffsetCheckpointFile(log_dir / name).write(entries)
+            if self.log_dirs[log_dir].offline:
+                continue
+            try:
+                OffsetCheckpointFile(log_dir / name).write(entries)
+            except StorageError as e:
+                # The old checkpoint stays, which only makes the next recovery longer.
+                log.warning("%s", e)

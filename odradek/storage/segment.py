@@ -22,8 +22,9 @@ from odradek.protocol.records import (
     iter_batch_headers,
     validate_batch,
 )
-from odradek.storage.errors import StorageError
+from odradek.storage.errors import DiskFullError, SegmentChangedError, StorageError
 from odradek.storage.index import NO_TIMESTAMP, CorruptIndexError, OffsetIndex, TimeIndex
+from odradek.storage.log_dir import is_no_space
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -150,11 +151,17 @@ class LogSegment:
         return os.pread(self.fileno(), length, position)
 
     def flush(self) -> None:
-        """fsync the log and its indexes."""
+        """fsync the log and its indexes. An index that finds no space raises DiskFullError:
+        the log's bytes are durable, the index is written again at the next flush."""
         if self._fd is not None:
             os.fsync(self._fd)
-        self.offset_index.flush()
-        self.time_index.flush()
+        try:
+            self.offset_index.flush()
+            self.time_index.flush()
+        except OSError as e:
+            if not is_no_space(e):
+                raise
+            raise DiskFullError(f"no space for the indexes of {self.log_path}: {e}") from e
 
     def close(self) -> None:
         self._append_final_time_index_entry()
@@ -202,12 +209,31 @@ class LogSegment:
         return 0 <= last_offset - self.base_offset <= _MAX_RELATIVE_OFFSET
 
     def append(self, data: memoryview, batches: list[BatchAppend]) -> None:
-        """Writes validated batches (offsets assigned) and indexes them as Kafka does."""
+        """Writes validated batches (offsets assigned) and indexes them as Kafka does.
+
+        All or nothing: a write that fails part way (ENOSPC, EIO) is cut off again before
+        the error goes up, so the file ends where it did and the next append lands where
+        the indexes say. A file that is not what was written (deleted, truncated or grown
+        by something else) is refused: appending there would make offsets unreadable."""
         position = self.size
         fd = self.fileno()
+        st = os.fstat(fd)
+        if st.st_nlink == 0 or st.st_size != position:
+            raise SegmentChangedError(
+                f"{self.log_path} was deleted or changed by something else: "
+                + ("it is gone" if st.st_nlink == 0
+                   else f"{st.st_size} bytes where the broker wrote {position}"))
         written = 0
-        while written < len(data):
-            written += os.write(fd, data[written:])
+        try:
+            while written < len(data):
+                written += os.write(fd, data[written:])
+        except OSError as e:
+            try:
+                os.ftruncate(fd, position)
+            except OSError as undo:
+                raise StorageError(f"{self.log_path}: a failed append ({e}) could not be "
+                                   f"cut off: {undo}") from e
+            raise
         if self.rolling_based_timestamp is None and batches:
             self.rolling_based_timestamp = batches[0].max_timestamp
         self._index_batches(position, batches)
@@ -334,7 +360,14 @@ class LogSegment:
             return FileSlice(self, start.position, 0)
         if min_one_message:
             max_size = max(max_size, start.size)
-        return FileSlice(self, start.position, min(limit - start.position, max_size))
+        length = min(limit - start.position, max_size)
+        # A response promises these bytes before sending them from the file: a file cut
+        # short under the broker would break the connection's framing, so refuse first.
+        actual = os.fstat(self.fileno()).st_size
+        if actual < start.position + length:
+            raise SegmentChangedError(f"{self.log_path} is {actual} bytes, shorter than the "
+                                      f"{start.position + length} the broker wrote")
+        return FileSlice(self, start.position, length)
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record at or after `timestamp` (and at or after

@@ -5,6 +5,7 @@ restart and a session expiry."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import uuid
@@ -27,6 +28,7 @@ from odradek.cluster.zookeeper import (
     SessionEvent,
     ZooKeeperMetadataStore,
 )
+from odradek.cluster.zookeeper import store as store_module
 from odradek.cluster.zookeeper import znodes as z
 from odradek.cluster.zookeeper_server import ZooKeeperServer
 from odradek.server.config import Listener
@@ -164,10 +166,16 @@ def test_topics_round_trip_through_the_controller(make_store: StoreFactory, raw:
                                                   tmp_path: Path) -> None:
     store = make_store(broker_id=1)
     controller = Controller(1, store)
-    created = controller.create_topic("events", 3, 1, {"cleanup.policy": "compact"})
-    controller.create_topic("other", 1, 1, {})
-    controller.create_partitions("events", 5)
-    controller.alter_topic_configs("events", {"cleanup.policy": "delete", "retention.ms": "9"})
+
+    async def change() -> TopicMetadata:
+        created = await controller.create_topic("events", 3, 1, {"cleanup.policy": "compact"})
+        await controller.create_topic("other", 1, 1, {})
+        await controller.create_partitions("events", 5)
+        await controller.alter_topic_configs("events", {"cleanup.policy": "delete",
+                                                        "retention.ms": "9"})
+        return created
+
+    created = asyncio.run(change())
 
     # Another broker's session reads what the controller wrote.
     reader = make_store(broker_id=2)
@@ -185,14 +193,14 @@ def test_topics_round_trip_through_the_controller(make_store: StoreFactory, raw:
 
     # The embedded store holds the same topics after the same operations.
     embedded = Controller(1, EmbeddedMetadataStore(tmp_path))
-    embedded.create_topic("events", 3, 1, {})
-    embedded.create_partitions("events", 5)
+    asyncio.run(embedded.create_topic("events", 3, 1, {}))
+    asyncio.run(embedded.create_partitions("events", 5))
     assert {p: (s.replicas, s.leader, s.isr) for p, s in events.partitions.items()} == {
         p: (s.replicas, s.leader, s.isr) for p, s in embedded.topics["events"].partitions.items()}
 
     with pytest.raises(ValueError, match="exists already"):
         store.create_topic(new_topic("events"))
-    controller.delete_topic("events")
+    asyncio.run(controller.delete_topic("events"))
     assert sorted(reader.topics()) == ["other"]
     assert not raw.exists("/brokers/topics/events")
     assert not raw.exists("/config/topics/events")
@@ -293,6 +301,60 @@ def test_controller_election_epochs_and_fencing(make_store: StoreFactory, raw: K
     with pytest.raises(ControllerMovedError):
         two.set_partition_states({("events", 0): fresh})
     assert one.try_elect_controller() == 3  # epochs only grow
+
+
+def test_large_topics_are_written_in_bounded_transactions(
+        make_store: StoreFactory, raw: KazooClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ZooKeeper drops a request over jute.maxbuffer (a topic of 5,000 partitions in one
+    transaction was): no transaction touches more than PARTITIONS_PER_TRANSACTION
+    partitions (4 here). A larger topic is written as config and assignment, as Kafka's
+    admin tools write it, and the controller creates its states, a transaction per 4."""
+    monkeypatch.setattr(store_module, "PARTITIONS_PER_TRANSACTION", 4)
+    admin, controller = make_store(broker_id=2), make_store(broker_id=1)
+    assert controller.try_elect_controller() == 1
+    admin.create_topic(new_topic("small", partitions=4))  # fits: states included
+    assert all(s.partition_epoch == 0 for s in admin.topic("small").partitions.values())  # type: ignore[union-attr]
+
+    big = new_topic("big", partitions=10)
+    admin.create_topic(big)
+    assert all(s.partition_epoch == -1 for s in big.partitions.values())
+    assert not raw.exists("/brokers/topics/big/partitions")
+    read = admin.topic("big")
+    assert read is not None and sorted(read.partitions) == list(range(10))
+    assert all((s.leader, s.partition_epoch) == (-1, -1) for s in read.partitions.values())
+
+    states = {("big", p): PartitionState([1], 1, 0, [1], partition_epoch=-1)
+              for p in range(10)}
+    controller.create_partition_states(states)
+    assert all((s.partition_epoch, s.controller_epoch) == (0, 1) for s in states.values())
+    read = admin.topic("big")
+    assert read is not None
+    assert all((s.leader, s.isr, s.partition_epoch) == (1, [1], 0)
+               for s in read.partitions.values())
+
+    # Six partitions added: more than one transaction's worth, so the controller's job.
+    read.partitions.update({p: PartitionState([1], 1, 0, [1]) for p in range(10, 16)})
+    admin.update_topic(read)
+    again = admin.topic("big")
+    assert again is not None and sorted(again.partitions) == list(range(16))
+    assert [p for p, s in again.partitions.items() if s.partition_epoch < 0] == list(
+        range(10, 16))
+    # The controller's states for them: one transaction conflicts (a state is there
+    # already), the other is written; the error says which.
+    raw.create("/brokers/topics/big/partitions/15/state", b"{}", makepath=True)
+    new = {("big", p): PartitionState([1], 1, 0, [1], partition_epoch=-1)
+           for p in range(10, 16)}
+    with pytest.raises(PartitionStateConflictError) as info:
+        controller.create_partition_states(new)
+    assert info.value.conflicts == {("big", 14), ("big", 15)}
+    assert set(info.value.written) == {("big", p) for p in range(10, 14)}
+    assert [p for (_, p), s in new.items() if s.partition_epoch == 0] == [10, 11, 12, 13]
+
+    admin.delete_topic("big")
+    assert not raw.exists("/brokers/topics/big")
+    assert not raw.exists("/config/topics/big")
+    assert not raw.exists("/admin/delete_topics/big")
+    assert sorted(admin.topics()) == ["small"]
 
 
 def test_conditional_partition_state_updates(make_store: StoreFactory, raw: KazooClient) -> None:

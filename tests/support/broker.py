@@ -37,12 +37,16 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def start(self, timeout: float = 60) -> BrokerProcess:
+    def argv(self) -> list[str]:
         settings = {"listeners": f"PLAINTEXT://{self.host}:{self.port}",
                     "log.dirs": str(self.data_dir), **self.settings}
         argv = [*self.prefix, sys.executable, "-m", "odradek", "serve"]
         for key, value in settings.items():
             argv += ["--set", f"{key}={value}"]
+        return argv
+
+    def start(self, timeout: float = 60) -> BrokerProcess:
+        argv = self.argv()
         self.log_lines = []
         self._started.clear()
         env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)

@@ -9,6 +9,7 @@ does. The join/sync helpers return `Answer`s, filled when the coordinator calls 
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -78,9 +79,12 @@ class GroupHarness:
         self.time = time or MockTime()
         self._build()
         if create_topic and GROUP_METADATA_TOPIC not in self.controller.topics:
-            self.controller.create_topic(GROUP_METADATA_TOPIC, partitions, 1,
-                                         {"cleanup.policy": "compact"})
-            self.controller.create_topic("events", 6, 1, {})
+            async def create() -> None:
+                await self.controller.create_topic(GROUP_METADATA_TOPIC, partitions, 1,
+                                                   {"cleanup.policy": "compact"})
+                await self.controller.create_topic("events", 6, 1, {})
+
+            asyncio.run(create())
             self.time.run_pending()
 
     def _build(self) -> None:
@@ -94,7 +98,7 @@ class GroupHarness:
         self.coordinator = GroupCoordinator(self.group_config, self.manager, self.time,
                                             self.time)
         self.coordinator.startup()
-        self.controller.startup(self.replica_manager)
+        asyncio.run(self.controller.startup(self.replica_manager))
 
     def restart(self, *, load: bool = True) -> None:
         """Stops everything and builds it again from the same directory; with `load`, runs

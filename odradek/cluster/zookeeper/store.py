@@ -69,6 +69,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 MAX_PRODUCER_ID = 2**63 - 1
+# Partitions whose znodes one transaction creates or deletes (two znodes each, about 125 KB
+# for 500): ZooKeeper refuses a request larger than its jute.maxbuffer (1 MiB by default),
+# and closes the connection, which a topic of 5,000 partitions in one transaction met.
+PARTITIONS_PER_TRANSACTION = 500
 
 
 class ZooKeeperConnectionError(KafkaError):
@@ -276,11 +280,21 @@ class ZooKeeperMetadataStore:
         """One topic as topics() reads it, or None."""
         return self._read(lambda: self._load_topics([name])).get(name)
 
+    def read_topics(self, names: Iterable[str]) -> dict[str, TopicMetadata]:
+        """The topics of these names that exist, as topics() reads them, the requests of
+        all of them pipelined."""
+        names = list(names)
+        return self._read(lambda: self._load_topics(names))
+
     def create_topic(self, topic: TopicMetadata) -> None:
         """Writes the topic's configs, assignment and partition states in one transaction
         (fenced when this broker is the elected controller). The states' partition_epoch
-        and controller_epoch are set to what was written."""
+        and controller_epoch are set to what was written. A topic of more partitions than
+        PARTITIONS_PER_TRANSACTION would not fit in one request: its configs and
+        assignment are written alone, as Kafka's admin tools write every topic, and the
+        controller creates its partition states (partition_epoch -1 until then)."""
         name = topic.name
+        with_states = len(topic.partitions) <= PARTITIONS_PER_TRANSACTION
         config_exists = self._exists(z.topic_config_path(name))
         tx = _Transaction(self.client)
         epoch = self._fence(tx, required=False)
@@ -289,11 +303,12 @@ class ZooKeeperMetadataStore:
         else:
             tx.create(z.topic_config_path(name), z.encode_config(topic.configs))
         tx.create(z.topic_path(name), z.encode_topic(TopicAssignment.of(topic)))
-        tx.create(z.partitions_path(name))
-        for p, state in sorted(topic.partitions.items()):
-            tx.create(z.partition_path(name, p))
-            tx.create(z.partition_state_path(name, p),
-                      z.encode_partition_state(state, _epoch(epoch, state)))
+        if with_states:
+            tx.create(z.partitions_path(name))
+            for p, state in sorted(topic.partitions.items()):
+                tx.create(z.partition_path(name, p))
+                tx.create(z.partition_state_path(name, p),
+                          z.encode_partition_state(state, _epoch(epoch, state)))
         try:
             self._commit(tx)
         except _TransactionError as e:
@@ -303,7 +318,7 @@ class ZooKeeperMetadataStore:
                 raise ValueError(f"topic {name} exists already") from None
             raise
         for state in topic.partitions.values():
-            state.partition_epoch = 0
+            state.partition_epoch = 0 if with_states else -1
             state.controller_epoch = _epoch(epoch, state)
 
     def update_topic(self, topic: TopicMetadata) -> None:
@@ -339,10 +354,17 @@ class ZooKeeperMetadataStore:
                 tx.create(z.topic_config_path(name), z.encode_config(topic.configs))
             self._notify_config_change(tx, f"{z.CONFIG_TOPICS}/{name}")
         written: dict[int, PartitionState] = {}
+        # Too many new partitions for one request: the controller creates their states,
+        # as for a new topic of that many (create_topic).
+        with_states = sum(1 for p in topic.partitions if p not in current.partitions or
+                          current.partitions[p].partition_epoch < 0
+                          ) <= PARTITIONS_PER_TRANSACTION
         for p, state in sorted(topic.partitions.items()):
             old = current.partitions.get(p)
             encoded = z.encode_partition_state(state, _epoch(epoch, state))
             if old is None or old.partition_epoch < 0:  # no state znode yet
+                if not with_states:
+                    continue
                 if not parent_exists:
                     tx.create(z.partitions_path(name))
                     parent_exists = True
@@ -374,19 +396,29 @@ class ZooKeeperMetadataStore:
     def delete_topic(self, name: str) -> None:
         """Marks the topic for deletion (/admin/delete_topics/<t>), then deletes its
         znodes, its configs and the mark in one transaction (fenced when this broker is the
-        elected controller). Nothing happens for a topic that does not exist."""
+        elected controller); a topic of more than PARTITIONS_PER_TRANSACTION partitions
+        loses its partitions' znodes first, in transactions of that many. Nothing happens
+        for a topic that does not exist."""
         for _ in range(10):  # partitions may be added meanwhile: read the tree again
             if not self._exists(z.topic_path(name)):
                 with suppress(NoNodeError):
                     self._wait(self.client.delete_async(z.delete_topic_path(name)))
                 return
             self.mark_topic_for_deletion(name)
+            partitions = sorted(self._read(lambda: self._children_or_empty(
+                z.partitions_path(name))), key=int)
+            states = self._exist_all([z.partition_state_path(name, int(p)) for p in partitions])
+            # Marked for deletion: the partitions' znodes may go a bounded transaction at a
+            # time (all of them in one would not fit in a ZooKeeper request), the topic's
+            # own znodes last, with the mark.
+            if not self._delete_partition_znodes(name, partitions[:-PARTITIONS_PER_TRANSACTION],
+                                                 states):
+                continue
+            partitions = partitions[-PARTITIONS_PER_TRANSACTION:]
             tx = _Transaction(self.client)
             self._fence(tx, required=False)
-            partitions = self._read(lambda: self._children_or_empty(z.partitions_path(name)))
-            states = {p: self._exists(z.partition_state_path(name, int(p))) for p in partitions}
             for p in partitions:
-                if states[p]:
+                if states[z.partition_state_path(name, int(p))]:
                     tx.delete(z.partition_state_path(name, int(p)))
                 tx.delete(z.partition_path(name, int(p)))
             if self._exists(z.partitions_path(name)):
@@ -403,6 +435,25 @@ class ZooKeeperMetadataStore:
                 raise
             return
         raise RuntimeError(f"topic {name} kept changing while being deleted")
+
+    def _delete_partition_znodes(self, name: str, partitions: list[str],
+                                 states: Mapping[str, bool]) -> bool:
+        """Deletes these partitions' znodes, PARTITIONS_PER_TRANSACTION at a time (fenced
+        when this broker is the elected controller); False if some changed meanwhile."""
+        for start in range(0, len(partitions), PARTITIONS_PER_TRANSACTION):
+            tx = _Transaction(self.client)
+            self._fence(tx, required=False)
+            for p in partitions[start:start + PARTITIONS_PER_TRANSACTION]:
+                if states[z.partition_state_path(name, int(p))]:
+                    tx.delete(z.partition_state_path(name, int(p)))
+                tx.delete(z.partition_path(name, int(p)))
+            try:
+                self._commit(tx)
+            except _TransactionError as e:
+                if all(isinstance(err, NotEmptyError | NoNodeError) for _, _, err in e.failures):
+                    return False
+                raise
+        return True
 
     def mark_topic_for_deletion(self, name: str) -> None:
         """Creates /admin/delete_topics/<t>, as Kafka's admin tools did: the controller's
@@ -584,28 +635,53 @@ class ZooKeeperMetadataStore:
     # ---- partition states ---------------------------------------------------------------------
 
     def create_partition_states(self, states: Mapping[TopicPartition, PartitionState]) -> None:
-        """Creates the state znodes of new partitions (of topics whose assignment exists),
-        in one transaction fenced by the controller epoch: the controller's job."""
-        tx = _Transaction(self.client)
-        epoch = self._fence(tx, required=True)
+        """Creates the state znodes of new partitions (of topics whose assignment exists):
+        the controller's job. PARTITIONS_PER_TRANSACTION to a transaction, each fenced by
+        the controller epoch, all sent at once. The states written get partition_epoch 0
+        and the controller epoch; PartitionStateConflictError names those of the
+        transactions that failed (the others are written)."""
+        epoch = self._require_controller()
         topics = sorted({t for t, _ in states})
-        have_parent = {t: self._exists(z.partitions_path(t)) for t in topics}
-        for (t, p), state in sorted(states.items()):
-            if not have_parent[t]:
-                tx.create(z.partitions_path(t))
-                have_parent[t] = True
-            if not self._exists(z.partition_path(t, p)):
-                tx.create(z.partition_path(t, p))
-            tx.create(z.partition_state_path(t, p), z.encode_partition_state(state, epoch))
-        try:
-            self._commit(tx)
-        except _TransactionError as e:
-            conflicts = [tp for tp in states if e.failed(z.partition_state_path(*tp))]
+        exists = self._exist_all([z.partitions_path(t) for t in topics] +
+                                 [z.partition_path(*tp) for tp in states])
+        have_parent = {t: exists[z.partitions_path(t)] for t in topics}
+        items = sorted(states.items())
+        pending: list[tuple[list[TopicPartition], _Transaction, IAsyncResult]] = []
+        for start in range(0, len(items), PARTITIONS_PER_TRANSACTION):
+            chunk = items[start:start + PARTITIONS_PER_TRANSACTION]
+            tx = _Transaction(self.client)
+            self._fence(tx, required=True)
+            for (t, p), state in chunk:
+                if not have_parent[t]:  # in the first transaction: ZooKeeper applies them in order
+                    tx.create(z.partitions_path(t))
+                    have_parent[t] = True
+                if not exists[z.partition_path(t, p)]:
+                    tx.create(z.partition_path(t, p))
+                tx.create(z.partition_state_path(t, p), z.encode_partition_state(state, epoch))
+            pending.append(([tp for tp, _ in chunk], tx, tx.send()))
+        conflicts: list[TopicPartition] = []
+        failures: list[str] = []
+        fenced = False
+        for tps, tx, sent in pending:
+            try:
+                tx.results(self._wait(sent))
+            except _TransactionError as e:
+                fenced = fenced or e.failed(z.CONTROLLER_EPOCH) is not None
+                conflicts += tps
+                failures.append(str(e))
+                continue
+            for tp in tps:
+                states[tp].partition_epoch = 0
+                states[tp].controller_epoch = epoch
+        if fenced:
+            self._depose()
+            raise ControllerMovedError(
+                f"broker {self.broker_id} is no longer the controller (epoch {epoch}): "
+                "/controller_epoch moved on")
+        if conflicts:
             raise PartitionStateConflictError(
-                f"cannot create partition states: {e}", conflicts) from None
-        for state in states.values():
-            state.partition_epoch = 0
-            state.controller_epoch = epoch
+                f"cannot create partition states: {'; '.join(failures)[:1000]}", conflicts,
+                {tp: 0 for tp in states if tp not in set(conflicts)})
 
     def set_partition_states(self, states: Mapping[TopicPartition, PartitionState]
                              ) -> dict[TopicPartition, int]:
@@ -675,6 +751,54 @@ class ZooKeeperMetadataStore:
             z.encode_isr_change(partitions), sequence=True))
         return path
 
+    def notify_log_dir_event(self) -> None:
+        """Creates a persistent /log_dir_event_notification/log_dir_event_<seq> saying that
+        a log dir of this broker failed (Kafka's propagateLogDirEvent, KIP-112). Retried
+        across connection losses: a duplicate only makes the controller ask twice."""
+        path = self._read(lambda: self._wait(self.client.create_async(
+            f"{z.LOG_DIR_EVENT_NOTIFICATION}/{z.LOG_DIR_EVENT_PREFIX}",
+            z.encode_log_dir_event(self.broker_id), sequence=True)))
+        log.info("broker %d: log dir failure notified to the controller (%s)",
+                 self.broker_id, path)
+
+    def read_log_dir_events(self, names: Iterable[str]) -> set[int]:
+        """The brokers named by these log dir event notifications (children of
+        /log_dir_event_notification); those gone or unreadable are left out."""
+        pending = {n: self.client.get_async(f"{z.LOG_DIR_EVENT_NOTIFICATION}/{n}")
+                   for n in names}
+        brokers = set()
+        for name, result in pending.items():
+            try:
+                brokers.add(z.decode_log_dir_event(self._wait(result)[0])[0])
+            except NoNodeError:
+                continue
+            except (ValueError, KeyError, TypeError) as e:
+                log.warning("ignoring the log dir event notification %s: %s", name, e)
+        return brokers
+
+    def delete_log_dir_events(self, names: Iterable[str]) -> None:
+        """Deletes handled log dir event notifications, fenced by the controller epoch
+        (Kafka's deleteLogDirEventNotifications): ControllerMovedError if this broker is
+        not the controller any more; those already gone are fine."""
+        self._require_controller()
+        pending = []
+        for name in sorted(names):  # one transaction each: one gone fails no other
+            tx = _Transaction(self.client)
+            self._fence(tx, required=True)
+            tx.delete(f"{z.LOG_DIR_EVENT_NOTIFICATION}/{name}")
+            pending.append((tx, tx.send()))
+        fenced = False
+        for tx, sent in pending:
+            try:
+                tx.results(self._wait(sent))
+            except _TransactionError as e:
+                fenced = fenced or e.failed(z.CONTROLLER_EPOCH) is not None
+        if fenced:
+            self._depose()
+            raise ControllerMovedError(
+                f"broker {self.broker_id} is no longer the controller: /controller_epoch "
+                "moved on")
+
     # ---- watches ----------------------------------------------------------------------------
 
     def watch_topics(self, callback: Callable[[set[str]], None]) -> ZkWatch:
@@ -719,6 +843,11 @@ class ZooKeeperMetadataStore:
     def watch_topic_deletions(self, callback: Callable[[set[str]], None]) -> ZkWatch:
         """Calls `callback` with the topics marked for deletion, now and at each change."""
         return self._watch_children(z.DELETE_TOPICS, set, callback)
+
+    def watch_log_dir_events(self, callback: Callable[[list[str]], None]) -> ZkWatch:
+        """Calls `callback` with the names of the log dir event notifications, now and at
+        each change (the controller's LogDirEventNotificationHandler)."""
+        return self._watch_children(z.LOG_DIR_EVENT_NOTIFICATION, sorted, callback)
 
     def watch_partition_state(self, tp: TopicPartition,
                               callback: Callable[[PartitionState | None], None]) -> ZkWatch:
@@ -787,6 +916,16 @@ class ZooKeeperMetadataStore:
 
     def _exists(self, path: str) -> bool:
         return self._read(lambda: self._wait(self.client.exists_async(path))) is not None
+
+    def _exist_all(self, paths: Iterable[str]) -> dict[str, bool]:
+        """Which of the znodes exist, the requests pipelined (one round trip each, one
+        after the other, would take seconds for thousands of partitions)."""
+        def read() -> dict[str, bool]:
+            pending = {path: self.client.exists_async(path) for path in paths}
+            return {path: self._wait(result) is not None for path, result in pending.items()}
+
+        paths = list(paths)
+        return self._read(read)
 
     def _stat(self, path: str) -> ZnodeStat:
         stat = self._wait(self.client.exists_async(path))

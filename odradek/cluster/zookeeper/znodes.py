@@ -38,6 +38,8 @@ PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+LOG_DIR_FAILURE_EVENT = 1  # LogDirUtils.LogDirFailureEvent: the only event Kafka defines
 CONSUMERS = "/consumers"  # the old consumers' offsets: kept for the layout, never used
 
 # Kafka's ConfigType: the entity types under /config.
@@ -374,6 +376,18 @@ def encode_isr_change(partitions: Iterable[TopicPartition]) -> bytes:
 def decode_partition_list(data: bytes) -> set[TopicPartition]:
     """The partitions of an ISR change notification or a preferred replica election."""
     return {(str(e["topic"]), int(e["partition"])) for e in from_json(data)["partitions"]}
+
+
+def encode_log_dir_event(broker_id: int, event: int = LOG_DIR_FAILURE_EVENT) -> bytes:
+    """A /log_dir_event_notification/log_dir_event_<seq>: a log dir of the broker failed
+    (KIP-112), so the controller asks it which of its replicas are still online."""
+    return to_json({"version": 1, "broker": broker_id, "event": event})
+
+
+def decode_log_dir_event(data: bytes) -> tuple[int, int]:
+    """(broker id, event) of a log dir event notification."""
+    parsed = from_json(data)
+    return int(parsed["broker"]), int(parsed.get("event", LOG_DIR_FAILURE_EVENT))
 
 
 def encode_preferred_replica_election(partitions: Iterable[TopicPartition]) -> bytes:

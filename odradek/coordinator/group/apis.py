@@ -22,7 +22,7 @@ from typing import Any, TypeVar, cast
 
 from odradek.cluster.controller import Controller
 from odradek.cluster.metadata import TopicMetadata
-from odradek.cluster.topics import GROUP_METADATA_TOPIC
+from odradek.cluster.topics import GROUP_METADATA_TOPIC, TopicExistsError
 from odradek.coordinator.group.group_coordinator import GroupCoordinator, LeavingMember
 from odradek.coordinator.group.group_metadata import (
     JoinGroupResult,
@@ -106,25 +106,27 @@ class GroupApis:
 
     # ---- FindCoordinator --------------------------------------------------------------
 
-    def handle_find_coordinator(self, request: Request, context: RequestContext) -> Message:
+    async def handle_find_coordinator(self, request: Request,
+                                      context: RequestContext) -> Message:
         body = cast(find_coordinator_request.FindCoordinatorRequest, request.body)
         if request.api_version >= 4:
             coordinators = []
             for key in body.coordinator_keys:
-                error, message, node, host, port = self._find(body.key_type, key, context)
+                error, message, node, host, port = await self._find(body.key_type, key,
+                                                                    context)
                 coordinators.append(find_coordinator_response.Coordinator(
                     key=key, node_id=node, host=host, port=port, error_code=error,
                     error_message=message))
             return find_coordinator_response.FindCoordinatorResponse(coordinators=coordinators)
-        error, message, node, host, port = self._find(body.key_type, body.key, context)
+        error, message, node, host, port = await self._find(body.key_type, body.key, context)
         return find_coordinator_response.FindCoordinatorResponse(
             error_code=error, error_message=message, node_id=node, host=host, port=port)
 
-    def _find(self, key_type: int, key: str, context: RequestContext
-              ) -> tuple[int, str | None, int, str, int]:
+    async def _find(self, key_type: int, key: str, context: RequestContext
+                    ) -> tuple[int, str | None, int, str, int]:
         """(error, message, node id, host, port); Kafka's "no node" on errors."""
         if key_type == GROUP_KEY_TYPE:
-            topic = self._offsets_topic()
+            topic = await self._offsets_topic()
             if topic is not None:
                 # The coordinator is the leader of the group's __consumer_offsets partition.
                 state = topic.partitions.get(self.coordinator.partition_for(key))
@@ -142,7 +144,7 @@ class GroupApis:
                     -1, "", -1)
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, message, -1, "", -1
 
-    def _offsets_topic(self) -> TopicMetadata | None:
+    async def _offsets_topic(self) -> TopicMetadata | None:
         """__consumer_offsets, created now if it does not exist yet."""
         topic = self.controller.topics.get(GROUP_METADATA_TOPIC)
         if topic is not None:
@@ -162,9 +164,11 @@ class GroupApis:
                    "compression.type": "producer"}
         try:
             self.config.log_config.with_overrides(configs)
-            return self.controller.create_topic(
+            return await self.controller.create_topic(
                 GROUP_METADATA_TOPIC, offsets.offsets_topic_num_partitions, replication_factor,
                 configs)
+        except TopicExistsError:  # another request created it meanwhile
+            return self.controller.topics.get(GROUP_METADATA_TOPIC)
         except (KafkaError, InvalidConfigError) as e:
             log.error("cannot create %s: %s", GROUP_METADATA_TOPIC, e)
             return None
