@@ -7,12 +7,12 @@ exactly the bad records, and the client fails exactly those."""
 from __future__ import annotations
 
 import random
-import socket
 import struct
 import time
 from collections.abc import Iterator
 
 import pytest
+import test_wire
 from clients import Rec, make_client
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -20,8 +20,6 @@ from support.broker import BrokerProcess
 
 from odradek.protocol.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, compress
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.framing import decode_response, encode_request
-from odradek.protocol.message import Message
 from odradek.protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
 from odradek.protocol.messages.produce_request import (
     PartitionProduceData,
@@ -55,20 +53,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     assert "Traceback" not in log, log
 
 
-class Wire:
+class Wire(test_wire.Wire):
     """One raw connection: Produce requests carrying bytes of our own making."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=20)
-        self.correlation = 0
-
-    def call(self, body: Message, version: int) -> Message:
-        self.correlation += 1
-        self.sock.sendall(encode_request(body, version, self.correlation, "poison-test"))
-        (size,) = struct.unpack(">i", self._exactly(4))
-        got, response = decode_response(self._exactly(size), body.API_KEY, version)  # type: ignore[attr-defined]
-        assert got == self.correlation
-        return response
 
     def produce(self, topic: str, batch: bytes, version: int = 9,
                 ) -> tuple[int, list[tuple[int, str | None]]]:
@@ -77,15 +63,6 @@ class Wire:
         p = self.call(request, version).responses[0].partition_responses[0]  # type: ignore[attr-defined]
         return p.error_code, [(e.batch_index, e.batch_index_error_message)
                               for e in p.record_errors]
-
-    def _exactly(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("closed by the broker")
-            data += chunk
-        return data
 
 
 def batch_of(section: bytes, count: int, *, codec: int = NONE, base_timestamp: int,
