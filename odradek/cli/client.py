@@ -206,12 +206,6 @@ def command(name: str) -> Callable[[Callable[[argparse.Namespace], int]],
                 return EXIT_FAILURE
             except KeyboardInterrupt:
                 return EXIT_INTERRUPTED
-            except BrokenPipeError:
-                # The reader went away (`| head`): stop quietly, and keep Python from
-                # complaining again when it flushes stdout at exit.
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, sys.stdout.fileno())
-                return EXIT_FAILURE
 
         return wrapper
 

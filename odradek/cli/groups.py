@@ -18,7 +18,9 @@ from typing import Any, TypeVar
 from confluent_kafka import (
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
+    KafkaError,
     KafkaException,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import OffsetSpec
@@ -31,6 +33,7 @@ from odradek.cli.client import (
     command,
     common_options,
     describe_error,
+    error_code,
     wait_all,
 )
 from odradek.cli.output import print_json, print_table
@@ -124,15 +127,19 @@ class GroupAdmin(AdminCommand):
         return {(tp.topic, tp.partition): info.offset for tp, info in results.items()}
 
     def partitions_of(self, topic: str) -> list[int]:
+        # DescribeTopics, not a metadata request for the topic: librdkafka's admin client
+        # asks the broker to auto-create the topics it names there, and a dry run must not
+        # create a topic it was only asked about.
+        futures = self.client.describe_topics(TopicCollection([topic]),
+                                              request_timeout=self.timeout)
         try:
-            metadata = self.client.list_topics(topic, timeout=self.timeout)
+            description = futures[topic].result()
         except KafkaException as e:
+            if error_code(e) == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise CliError(f"topic {topic!r} does not exist") from e
             raise CliError(self.errors.explain(
-                f"cannot fetch metadata: {describe_error(e)}")) from e
-        found = metadata.topics.get(topic)
-        if found is None or found.error is not None:
-            raise CliError(f"topic {topic!r} does not exist")
-        return sorted(found.partitions)
+                f"cannot describe topic {topic!r}: {describe_error(e)}")) from e
+        return sorted(p.id for p in description.partitions)
 
 
 def _state_name(state: Any) -> str:
@@ -161,9 +168,16 @@ def run_list(args: argparse.Namespace) -> int:
 def run_describe(args: argparse.Namespace) -> int:
     admin = GroupAdmin(args)
     documents = []
+    missing = []
     for group in args.names:
         description = admin.describe(group)
         committed = admin.committed(group)
+        if (description.state == ConsumerGroupState.DEAD and not description.members
+                and not committed):
+            # What the coordinator says of a group it does not know (Kafka's tool: "does
+            # not exist").
+            missing.append(group)
+            continue
         owner: dict[tuple[str, int], Any] = {}
         for member in description.members:
             for tp in member.assignment.topic_partitions:
@@ -195,9 +209,14 @@ def run_describe(args: argparse.Namespace) -> int:
             "total_lag": sum(r["lag"] for r in rows if r["lag"] is not None),
         }
         documents.append(document)
+    for group in missing:
+        print(f"odradek groups describe: consumer group {group!r} does not exist",
+              file=sys.stderr)
+    status = EXIT_FAILURE if missing else 0
     if args.json:
-        print_json(documents if len(documents) > 1 else documents[0])
-        return 0
+        if documents:
+            print_json(documents if len(args.names) > 1 else documents[0])
+        return status
     for i, d in enumerate(documents):
         if i:
             print()
@@ -208,7 +227,7 @@ def run_describe(args: argparse.Namespace) -> int:
                     [[r["topic"], r["partition"], r["committed_offset"], r["log_end_offset"],
                       r["lag"], r["member_id"], r["host"], r["client_id"]]
                      for r in d["partitions"]])
-    return 0
+    return status
 
 
 def _reset_partitions(admin: GroupAdmin, specs: list[str]) -> list[tuple[str, int]]:

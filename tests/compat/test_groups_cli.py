@@ -56,6 +56,23 @@ def test_list_and_describe_with_lag(groups_broker: BrokerProcess) -> None:
     assert "total lag 3" in table and "LOG-END-OFFSET" in table
 
 
+def test_describe_a_group_that_does_not_exist(groups_broker: BrokerProcess) -> None:
+    result = odradek(groups_broker, "groups", "describe", "nosuchgroup")
+    assert result.code == 1 and result.out == ""
+    assert "consumer group 'nosuchgroup' does not exist" in result.err
+    # With others that do: those are shown, and the exit code still says one was missing.
+    commit(groups_broker, "present", {0: 1})
+    both = odradek(groups_broker, "groups", "describe", "present", "nosuchgroup", "--json")
+    assert both.code == 1 and [d["group"] for d in both.json()] == ["present"]
+
+
+def test_a_dry_run_for_a_missing_topic_creates_nothing(groups_broker: BrokerProcess) -> None:
+    failed(odradek(groups_broker, "groups", "reset-offsets", "g", "--topic", "nosuch",
+                   "--to-earliest"), "topic 'nosuch' does not exist")
+    topics = ok(odradek(groups_broker, "topics", "list", "--json")).json()
+    assert "nosuch" not in str(topics)
+
+
 def test_reset_offsets_plans_then_executes(groups_broker: BrokerProcess) -> None:
     commit(groups_broker, "audit", {0: 4, 1: 4})
     plan = ok(odradek(groups_broker, "groups", "reset-offsets", "audit", "--topic", TOPIC,
