@@ -26,6 +26,9 @@ from confluent_kafka.admin import AdminClient
 DEFAULT_BOOTSTRAP = "localhost:9092"
 BOOTSTRAP_ENV = "ODRADEK_BOOTSTRAP"
 DEFAULT_TIMEOUT = 30.0
+# With no broker reachable at all, a command gives up after this long, whatever its
+# timeout, and says which address it tried and why.
+UNREACHABLE_S = 3.0
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -171,19 +174,38 @@ def client_config(args: argparse.Namespace, **overrides: Any) -> dict[str, Any]:
 class ErrorRecorder:
     """librdkafka's error_cb: keeps the last client-level error (e.g. broker down).
 
-    A timeout alone says little; the last transport error says why it timed out.
+    A timeout alone says little; the last transport error says why it timed out (its text
+    names the address tried). While every broker is down librdkafka reports a failed
+    connection about once a second: `unreachable()` tells when that has gone on for
+    UNREACHABLE_S, so that a command gives up early instead of waiting out its timeout.
     """
 
     def __init__(self) -> None:
         self.last: KafkaError | None = None
+        self._transport: KafkaError | None = None
+        self._down_since: float | None = None  # since when every broker is down
+        self._failed_at = 0.0  # the last failed connection
 
     def __call__(self, error: KafkaError) -> None:
+        now = time.monotonic()
         self.last = error
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            self._down_since = self._down_since or now
+        elif error.code() == KafkaError._TRANSPORT:
+            self._transport, self._failed_at = error, now
+
+    def unreachable(self) -> bool:
+        now = time.monotonic()
+        return (self._down_since is not None and now - self._down_since >= UNREACHABLE_S
+                and now - self._failed_at < 2.5)  # connections still failing
 
     def explain(self, message: str) -> str:
-        if self.last is None:
+        last = self.last
+        if last is not None and last.code() == KafkaError._ALL_BROKERS_DOWN:
+            last = self._transport or last  # "1/1 brokers are down" does not say why
+        if last is None:
             return message
-        return f"{message} (last client error: {describe_error(self.last)})"
+        return f"{message} (last client error: {describe_error(last)})"
 
 
 # ---- running commands --------------------------------------------------------------------
@@ -229,6 +251,24 @@ class AdminCommand:
         self.client: AdminClient = make_client(
             AdminClient, client_config(args, error_cb=self.errors))
 
+    def metadata(self) -> Any:
+        """The cluster's metadata (every topic), asked in short slices so that an
+        unreachable cluster is reported within UNREACHABLE_S rather than the timeout."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return self.client.list_topics(timeout=max(min(1.0, remaining), 0.1))
+            except KafkaException as e:
+                self.client.poll(0)  # serves error_cb: why it could not connect
+                retry = error_code(e) in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT)
+                if retry and self.errors.unreachable():
+                    raise CliError(self.errors.explain("cannot reach the cluster")) from e
+                if not retry or time.monotonic() >= deadline:
+                    raise CliError(self.errors.explain(
+                        f"cannot fetch metadata: {describe_error(e)}")) from e
+                time.sleep(0.1)  # a refused connection fails at once: do not spin
+
 
 def wait_all(futures: Iterable[Future[T]], timeout: float, poll: Callable[[float], Any],
              errors: ErrorRecorder) -> None:
@@ -238,6 +278,8 @@ def wait_all(futures: Iterable[Future[T]], timeout: float, poll: Callable[[float
     while any(not f.done() for f in pending):
         if time.monotonic() > deadline:
             raise CliError(errors.explain(f"no answer from the cluster within {timeout:g}s"))
+        if errors.unreachable():
+            raise CliError(errors.explain("cannot reach the cluster"))
         poll(0.1)
 
 

@@ -502,11 +502,7 @@ def partition_health(topics: Mapping[str, Any]
 @command("cluster status")
 def run_status(args: argparse.Namespace) -> int:
     admin = AdminCommand(args)
-    try:
-        metadata = admin.client.list_topics(timeout=admin.timeout)
-    except KafkaException as e:
-        raise CliError(admin.errors.explain(f"cannot fetch metadata: {describe_error(e)}")
-                       ) from e
+    metadata = admin.metadata()
     cluster_id, controller, brokers = _describe_cluster(admin, metadata)
     partitions, under_replicated, offline = partition_health(metadata.topics)
     if args.json:

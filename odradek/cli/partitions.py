@@ -207,11 +207,7 @@ def top_level_error(code: int, message: str | None) -> None:
 def to_controller(args: argparse.Namespace, request: Any) -> Any:
     """Sends a request to the active controller, found through Metadata."""
     admin = AdminCommand(args)
-    try:
-        metadata = admin.client.list_topics(timeout=admin.timeout)
-    except KafkaException as e:
-        raise CliError(admin.errors.explain(
-            f"cannot fetch metadata: {describe_error(e)}")) from e
+    metadata = admin.metadata()
     controller = metadata.brokers.get(metadata.controller_id)
     if controller is None:
         raise CliError("the cluster has no controller right now; try again")

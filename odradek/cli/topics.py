@@ -111,13 +111,6 @@ class Admin(AdminCommand):
                 out[key] = (None, e)
         return out
 
-    def metadata(self) -> Any:
-        try:
-            return self.client.list_topics(timeout=self.timeout)
-        except KafkaException as e:
-            raise CliError(self.errors.explain(
-                f"cannot fetch metadata: {describe_error(e)}")) from e
-
     def explain(self, error: KafkaException) -> str:
         """The error; for a timeout, with the connection error that likely caused it."""
         if error_code(error) == KafkaError._TIMED_OUT:

@@ -382,6 +382,17 @@ def test_broker_down_is_a_clear_error() -> None:
                    stdin=b"x\n"), "1 record failed", "_MSG_TIMED_OUT")
 
 
+def test_an_unreachable_cluster_is_reported_within_seconds() -> None:
+    """With the default 30 s timeout, a command that reaches no broker at all gives up
+    after a few seconds and says which address it tried and why."""
+    down = f"127.0.0.1:{closed_port()}"
+    for args in (["topics", "list"], ["topics", "create", "t"], ["partitions", "reassignments"]):
+        began = time.monotonic()
+        run = failed(odradek(None, *args, "--bootstrap-server", down, timeout=20),
+                     "cannot reach the cluster", down, "Connection refused")
+        assert time.monotonic() - began < 15, run
+
+
 def test_settings_from_a_command_config_file(cli_broker: BrokerProcess, tmp_path: Path
                                              ) -> None:
     config = tmp_path / "client.properties"
