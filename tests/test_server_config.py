@@ -733,3 +733,19 @@ def test_docs_table_in_step_with_code() -> None:
     assert render_docs(current) == current, "run: python -m odradek.server.config"
     for name in BROKER_CONFIGS:
         assert f"| `{name}` |" in current
+
+
+def test_the_example_server_properties_is_true() -> None:
+    """config/server.properties sets Odradek's defaults, so that it changes nothing until
+    edited, and every setting it shows, commented out or not, is one the broker takes."""
+    path = Path(__file__).parent.parent / "config" / "server.properties"
+    props = load_properties(str(path))
+    configured, default = BrokerConfig.from_properties(props), BrokerConfig.from_properties({})
+    assert configured.log_dirs == default.log_dirs
+    for key in props.keys() - {"log.dirs"}:
+        assert configured.get(key) == default.get(key), key
+    commented = [line[1:].partition("=") for line in path.read_text().splitlines()
+                 if line.startswith("#") and "=" in line and " " not in line.split("=")[0]]
+    assert commented
+    for key, _, value in commented:
+        BrokerConfig.from_properties({key: value})  # raises InvalidConfigError if refused
