@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -350,6 +351,18 @@ def test_refuses_a_directory_in_use(tmp_path: Path) -> None:
     assert refused.returncode == 1, refused
     assert "another `odradek cluster up` runs on" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_refuses_ports_in_use(tmp_path: Path) -> None:
+    with socket.socket() as busy:  # as the README's broker on 9092 would
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        refused = odradek("cluster", "up", "--data-dir", str(tmp_path), "--brokers", "1",
+                          "--port-base", str(port), "--zookeeper-port", "0")
+    assert refused.returncode == 1, refused
+    assert f"port {port} is in use" in refused.stderr and "Traceback" not in refused.stderr
+    assert not (tmp_path / "zookeeper").exists()  # nothing was started
 
 
 def test_status_of_no_cluster() -> None:

@@ -23,6 +23,7 @@ import fcntl
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -272,6 +273,22 @@ class _Broker:
         return True
 
 
+def check_ports_free(ports: Iterable[int]) -> None:
+    """Refuses at once a port something listens on already (the broker scripts/start runs
+    on 9092, say), rather than start a cluster whose brokers cannot bind."""
+    for port in ports:
+        if not port:
+            continue
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the broker
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                raise CliError(f"port {port} is in use (by another broker?): choose other "
+                               "ports with --port-base and --zookeeper-port, or 0 for free "
+                               "ones") from None
+
+
 @command("cluster up")
 def run_up(args: argparse.Namespace) -> int:
     settings = broker_settings(args.settings)
@@ -287,6 +304,7 @@ def run_up(args: argparse.Namespace) -> int:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise CliError(f"another `odradek cluster up` runs on {data_dir}") from None
+        check_ports_free([*ports, args.zookeeper_port])
         pids = _Pids(data_dir / "pids")
         pids.check_none_left()
         signals = _Signals()
