@@ -28,6 +28,7 @@ from confluent_kafka import (
 )
 
 from odradek.cli.client import (
+    EXIT_INTERRUPTED,
     EXIT_USAGE,
     CliError,
     ErrorRecorder,
@@ -282,48 +283,56 @@ def _consume(consumer: Consumer, args: argparse.Namespace, formatter: Formatter 
         consumer.assign([TopicPartition(topic, p, start_plan.start[p]) for p in sorted(pending)])
     idle_limit = args.timeout  # None: wait for records as long as it takes
     last_record = time.monotonic()
-    while pending and (args.max_messages is None or count < args.max_messages):
-        wanted = BATCH if args.max_messages is None else min(BATCH, args.max_messages - count)
-        # consume() waits out its whole timeout unless the batch fills: wait for one
-        # record, then take what else is there at once.
-        first = consumer.poll(0.5)
-        messages = [] if first is None else [first]
-        if first is not None and wanted > 1:
-            messages += consumer.consume(wanted - 1, timeout=0)
-        for message in messages:
-            error = message.error()
-            p = message.partition() or 0
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
+    try:
+        while pending and (args.max_messages is None or count < args.max_messages):
+            wanted = BATCH if args.max_messages is None else min(BATCH, args.max_messages - count)
+            # consume() waits out its whole timeout unless the batch fills: wait for one
+            # record, then take what else is there at once.
+            first = consumer.poll(0.5)
+            messages = [] if first is None else [first]
+            if first is not None and wanted > 1:
+                messages += consumer.consume(wanted - 1, timeout=0)
+            for message in messages:
+                error = message.error()
+                p = message.partition() or 0
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(p)
+                    elif error.code() in FATAL or error.fatal():
+                        raise CliError(_reading_error(message, error, start_plan))
+                    else:
+                        errors(error)  # retried by librdkafka; kept for a timeout's message
+                    continue
+                if p not in pending:
+                    continue  # --until-end: this partition is done
+                out.write(json_line(record_json(message)).encode() + b"\n" if formatter is None
+                          else formatter.render(message))
+                count += 1
+                if args.until_end and (message.offset() or 0) + 1 >= start_plan.end[p]:
                     pending.discard(p)
-                elif error.code() in FATAL or error.fatal():
-                    raise CliError(_reading_error(message, error, start_plan))
-                else:
-                    errors(error)  # retried by librdkafka; kept for a timeout's message
-                continue
-            if p not in pending:
-                continue  # --until-end: this partition is done
-            out.write(json_line(record_json(message)).encode() + b"\n" if formatter is None
-                      else formatter.render(message))
-            count += 1
-            if args.until_end and (message.offset() or 0) + 1 >= start_plan.end[p]:
-                pending.discard(p)
-            if args.max_messages is not None and count >= args.max_messages:
+                if args.max_messages is not None and count >= args.max_messages:
+                    break
+            out.flush()
+            if messages:
+                last_record = time.monotonic()
+            elif idle_limit is not None and time.monotonic() - last_record >= idle_limit:
+                if args.until_end:
+                    left = ", ".join(str(p) for p in sorted(pending))
+                    raise CliError(errors.explain(
+                        f"no records for {idle_limit:g}s before the end of partition(s) {left} "
+                        f"of {topic}"))
+                print(f"odradek consume: no records for {idle_limit:g}s, stopping",
+                      file=sys.stderr)
                 break
-        out.flush()
-        if messages:
-            last_record = time.monotonic()
-        elif idle_limit is not None and time.monotonic() - last_record >= idle_limit:
-            if args.until_end:
-                left = ", ".join(str(p) for p in sorted(pending))
-                raise CliError(errors.explain(
-                    f"no records for {idle_limit:g}s before the end of partition(s) {left} "
-                    f"of {topic}"))
-            print(f"odradek consume: no records for {idle_limit:g}s, stopping",
-                  file=sys.stderr)
-            break
-    print(f"consumed {count} record{'s' * (count != 1)}", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C: what was read is still worth saying
+        _summary(count)
+        return EXIT_INTERRUPTED
+    _summary(count)
     return 0
+
+
+def _summary(count: int) -> None:
+    print(f"consumed {count} record{'s' * (count != 1)}", file=sys.stderr)
 
 
 def _partitions(consumer: Consumer, args: argparse.Namespace, timeout: float,

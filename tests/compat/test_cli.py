@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -406,3 +407,21 @@ def test_settings_from_a_command_config_file(cli_broker: BrokerProcess, tmp_path
                                            f"bootstrap.servers={cli_broker.bootstrap}")).out
     failed(odradek(None, "topics", "list", "-X", "no.such.setting=1"),
            "invalid client configuration")
+
+
+def test_ctrl_c_ends_consume_with_its_summary(cli_broker: BrokerProcess) -> None:
+    create(cli_broker, "cli-interrupted", 1)
+    ok(odradek(cli_broker, "produce", "cli-interrupted", stdin=b"a\nb\nc\n"))
+    env = dict(os.environ, ODRADEK_BOOTSTRAP=cli_broker.bootstrap)
+    consume = subprocess.Popen(
+        [sys.executable, "-m", "odradek", "consume", "cli-interrupted", "--from-beginning"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert consume.stdout is not None
+        assert [consume.stdout.readline() for _ in range(3)] == [b"a\n", b"b\n", b"c\n"]
+        consume.send_signal(signal.SIGINT)  # waiting for more, as it does without --timeout
+        _, err = consume.communicate(timeout=30)
+    finally:
+        consume.kill()
+    assert consume.returncode == 130, err
+    assert b"consumed 3 records" in err and b"Traceback" not in err, err
