@@ -12,8 +12,6 @@ loaded CI machine does not fail it.
 
 from __future__ import annotations
 
-import socket
-import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -22,8 +20,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from support.broker import BrokerProcess
+from test_wire import Wire
 
-from odradek.protocol.framing import decode_response, encode_request
 from odradek.protocol.messages.api_versions_request import ApiVersionsRequest
 from odradek.protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
 from odradek.protocol.messages.metadata_response import MetadataResponse
@@ -33,22 +31,6 @@ pytestmark = pytest.mark.timeout(120)
 PARTITIONS = 2000
 AUTO_TOPICS, AUTO_PARTITIONS = 50, 20
 BOUND_S = 1.0
-
-
-def _read(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, "the broker closed the connection"
-        data += chunk
-    return data
-
-
-def call(sock: socket.socket, body: object, version: int, correlation_id: int) -> object:
-    sock.sendall(encode_request(body, version, correlation_id=correlation_id))  # type: ignore[arg-type]
-    (size,) = struct.unpack(">i", _read(sock, 4))
-    _, response = decode_response(_read(sock, size), body.API_KEY, version)  # type: ignore[attr-defined]
-    return response
 
 
 class Probe(threading.Thread):
@@ -63,16 +45,17 @@ class Probe(threading.Thread):
 
     def run(self) -> None:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), 10) as sock:
-                sock.settimeout(60)
-                n = 0
+            wire = Wire(self.port)
+            wire.sock.settimeout(60)
+            try:
                 while not self.stop.is_set():
-                    n += 1
                     sent = time.monotonic()
-                    call(sock, ApiVersionsRequest(client_software_name="probe",
-                                                  client_software_version="1"), 3, n)
+                    wire.call(ApiVersionsRequest(client_software_name="probe",
+                                                 client_software_version="1"), 3)
                     self.samples.append((sent, time.monotonic() - sent))
                     time.sleep(0.02)
+            finally:
+                wire.close()
         except BaseException as e:  # the test reports it
             self.error = e
 
@@ -113,11 +96,14 @@ def test_the_broker_answers_while_thousands_of_partitions_come_and_go(
 
         names = [f"auto-{i}" for i in range(AUTO_TOPICS)]
         start = time.monotonic()
-        with socket.create_connection(("127.0.0.1", broker.port), 10) as sock:
-            sock.settimeout(60)
-            response = call(sock, MetadataRequest(
+        wire = Wire(broker.port)
+        wire.sock.settimeout(60)
+        try:
+            response = wire.call(MetadataRequest(
                 topics=[MetadataRequestTopic(name=n) for n in names],
-                allow_auto_topic_creation=True), 9, 1)
+                allow_auto_topic_creation=True), 9)
+        finally:
+            wire.close()
         assert isinstance(response, MetadataResponse)
         assert {t.name: len(t.partitions) for t in response.topics} == dict.fromkeys(
             names, AUTO_PARTITIONS)
