@@ -9,6 +9,7 @@ error codes in the response; nothing a client sends makes a handler raise.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from odradek.broker.replica_manager import (
     DEBUGGING_REPLICA_ID,
     READ_COMMITTED,
     FetchPartitionRequest,
+    FetchPartitionResult,
     ReplicaManager,
 )
 from odradek.cluster.controller import Controller
@@ -31,6 +33,7 @@ from odradek.cluster.slices import Slices
 from odradek.cluster.topics import TopicExistsError, is_internal, validate_topic_name
 from odradek.coordinator.group.apis import GroupApis
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
+from odradek.protocol import compression, legacy_records
 from odradek.protocol.api_keys import API_SPECS, ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import KafkaError
@@ -70,19 +73,35 @@ _CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 _NOT_REQUESTED = -(2**31)
 
 
-# Kafka 4.0 removed the deprecated versions (KIP-896), except Produce v3-v6: librdkafka
-# before 2.10 uses record batches (magic 2) only with a broker that accepts Produce v3, so
-# Kafka kept them; with a floor of 7, kcat on Debian (librdkafka 2.0) sends magic 0.
-_FLOOR_OVERRIDES: dict[int, int] = {ApiKey.PRODUCE: 3}
-
-
 def supported_range(api_key: int) -> tuple[int, int]:
-    """Kafka 4.0's versions of an API: its valid versions above the deprecated ones."""
+    """Every valid version of an API, the deprecated ones included, as ZooKeeper-mode
+    Kafka 3.9 serves them: Kafka 4.0 removed those (KIP-896), and with them every client
+    from before Kafka 2.1 (Debian's kcat joins groups through FindCoordinator v0, Burrow
+    reads lag with ListOffsets v0, old producers write magic 0 and 1 message sets)."""
     spec = API_SPECS[api_key]
-    low = spec.min_version
-    if spec.deprecated_versions is not None and spec.deprecated_versions[0] <= low:
-        low = spec.deprecated_versions[1] + 1
-    return _FLOOR_OVERRIDES.get(api_key, low), spec.max_version
+    return spec.min_version, spec.max_version
+
+
+# Topic compression.type -> the codec a converted legacy message set is written in;
+# "producer" (absent here) keeps the producer's.
+_TOPIC_CODECS = {"uncompressed": compression.NONE, "gzip": compression.GZIP,
+                 "snappy": compression.SNAPPY, "lz4": compression.LZ4,
+                 "zstd": compression.ZSTD}
+
+
+async def _down_convert(results: list[FetchPartitionResult],
+                        reads: list[tuple[tuple[str, int], FetchPartitionRequest]],
+                        magic: int) -> dict[tuple[str, int], bytes]:
+    """Fetch v0-v3: the v2 batches read, as message sets of `magic` (Kafka's
+    down-conversion), in a thread: each record is rewritten. Headers cannot be expressed
+    and are dropped; control batches are left out."""
+    def convert() -> dict[tuple[str, int], bytes]:
+        return {tp: legacy_records.down_convert(
+                    b"".join(s.read() for s in result.slices), magic,
+                    fetch_offset=wanted.fetch_offset, max_bytes=wanted.max_bytes)
+                for result, (tp, wanted) in zip(results, reads, strict=True) if result.slices}
+
+    return await asyncio.to_thread(convert)
 
 
 def _metadata_invalid_request(
@@ -289,6 +308,8 @@ class KafkaApis:
                                   "transactions are not supported yet")
                 else:
                     entries[tp] = p.records
+        if request.api_version <= 2:  # old clients may send magic 0/1 message sets
+            await self._convert_legacy(entries, errors)
         results = await self.replica_manager.produce(acks, body.timeout_ms, entries)
         if acks == 0:
             if errors or any(r.error_code for r in results.values()):
@@ -320,6 +341,38 @@ class KafkaApis:
             produce_response.TopicProduceResponse(name=n, partition_responses=ps)
             for n, ps in responses.items()
         ])
+
+    async def _convert_legacy(self, entries: dict[tuple[str, int], Any],
+                              errors: dict[tuple[str, int], tuple[int, str | None]]) -> None:
+        """Produce v0-v2: legacy message sets become one v2 batch each before the log sees
+        them, as Kafka 3.x converts them (in the topic's codec, or the producer's when the
+        topic keeps the producer's). In a thread: the conversion walks every message."""
+        legacy = {}
+        for tp, records in entries.items():
+            partition = self.replica_manager.get_partition(tp)
+            if partition is not None and legacy_records.is_legacy(records):
+                legacy[tp] = (records, partition.log.config.compression_type,
+                              partition.log.validation.max_decompressed_bytes)
+        if not legacy:
+            return
+
+        def convert() -> dict[tuple[str, int], bytes | KafkaError]:
+            out: dict[tuple[str, int], bytes | KafkaError] = {}
+            for tp, (records, codec, bound) in legacy.items():
+                try:
+                    out[tp] = legacy_records.convert_to_batch(
+                        records, target_compression=_TOPIC_CODECS.get(codec),
+                        max_decompressed_size=bound)
+                except KafkaError as e:
+                    out[tp] = e
+            return out
+
+        for tp, converted in (await asyncio.to_thread(convert)).items():
+            if isinstance(converted, KafkaError):
+                del entries[tp]
+                errors[tp] = (int(converted.error_code), str(converted))
+            else:
+                entries[tp] = converted
 
     # ---- Fetch ------------------------------------------------------------------------
 
@@ -360,6 +413,9 @@ class KafkaApis:
             max_bytes=min(body.max_bytes, self.config.fetch_max_bytes),
             isolation_level=body.isolation_level, requests=reads,
         )
+        # v0-v1 read magic 0 message sets, v2-v3 magic 1.
+        converted = (await _down_convert(results, reads, 0 if version <= 1 else 1)
+                     if version <= 3 else None)
         # read_committed consumers get the (so far always empty) aborted transactions list.
         aborted: list[fetch_response.AbortedTransaction] | None = (
             [] if body.isolation_level == READ_COMMITTED else None)
@@ -374,6 +430,8 @@ class KafkaApis:
                 aborted_transactions=aborted,
                 records=FileRecords(r.slices) if r.slices else b"",  # type: ignore[arg-type]
             )
+            if converted is not None:
+                data.records = converted.get((name, index), b"")
             last = responses[-1] if responses else None
             if last is not None and last.topic == name and last.topic_id == topic_id:
                 last.partitions.append(data)
@@ -409,6 +467,9 @@ class KafkaApis:
         if not partition.is_leader and replica_id != DEBUGGING_REPLICA_ID:
             response.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
             return response
+        if version == 0:
+            response.old_style_offsets = self._legacy_offsets(partition, p, replica_id)
+            return response
         if version >= 4:  # a field older versions lack must keep its default
             response.leader_epoch = partition.leader_epoch
         ts = p.timestamp
@@ -433,6 +494,19 @@ class KafkaApis:
                 response.timestamp = found.timestamp
                 response.offset = found.offset
         return response
+
+    @staticmethod
+    def _legacy_offsets(partition: Any, p: Any, replica_id: int) -> list[int]:
+        """ListOffsets v0's answer: segment base offsets before a time, newest first (see
+        Log.legacy_offsets_before); a consumer sees none past the high watermark, which
+        takes the place of those it hides, as in Kafka's Partition."""
+        offsets = partition.log.legacy_offsets_before(p.timestamp, p.max_num_offsets)
+        if replica_id != CONSUMER_REPLICA_ID:
+            return offsets
+        high_watermark = partition.high_watermark
+        if any(o > high_watermark for o in offsets):
+            offsets = [high_watermark] + [o for o in offsets if o <= high_watermark]
+        return offsets
 
     # ---- OffsetForLeaderEpoch ----------------------------------------------------------
 

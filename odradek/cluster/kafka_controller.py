@@ -151,6 +151,8 @@ class KafkaController:
             lambda controller_id: self._post(lambda: self._on_controller_change(controller_id)))
 
     async def shutdown(self) -> None:
+        if self._worker is None:  # never started: the broker failed before (a port in use)
+            return
         if self._controller_watch is not None:
             self._controller_watch.cancel()
         self.store.remove_session_listener(self._on_session_event)
@@ -167,8 +169,7 @@ class KafkaController:
                 await done
         except TimeoutError:
             log.warning("the controller did not resign in time")
-        if self._worker is not None:
-            self._worker.cancel()
+        self._worker.cancel()
 
     # ---- the event queue --------------------------------------------------------------
 

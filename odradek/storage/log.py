@@ -673,6 +673,29 @@ class Log:
                     return TimestampAndOffset(*found)
         return None
 
+    def legacy_offsets_before(self, timestamp: int, max_num_offsets: int) -> list[int]:
+        """ListOffsets v0 (Kafka's legacyFetchOffsetsBefore): up to `max_num_offsets`
+        segment base offsets, newest first, of the segments last modified at or before
+        `timestamp`, the log end counting as a segment modified now. -1 (latest) starts
+        at the log end, -2 (earliest) answers the log start alone."""
+        segments = self.segments()
+        start = self.log_start_offset
+        # (offset, last modified) per segment; the log end too unless the active
+        # segment is empty.
+        points = [(max(s.base_offset, start), s.last_modified_ms) for s in segments]
+        if segments[-1].size > 0:
+            points.append((self.log_end_offset, self.clock()))
+        if timestamp == LATEST_TIMESTAMP:
+            index = len(points) - 1
+        elif timestamp == EARLIEST_TIMESTAMP:
+            index = 0
+        else:
+            index = len(points) - 1
+            while index >= 0 and points[index][1] > timestamp:
+                index -= 1
+        wanted = min(max_num_offsets, index + 1)
+        return sorted((points[i][0] for i in range(index, index - wanted, -1)), reverse=True)
+
     def read_records(self, offset: int, max_bytes: int = 1 << 20) -> list[Record]:
         """Decoded records from `offset` on: for tools and tests, not the fetch path."""
         data = self.read(offset, max_bytes).read()

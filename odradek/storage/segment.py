@@ -265,16 +265,19 @@ class LogSegment:
         return self._max_timestamp
 
     @property
+    def last_modified_ms(self) -> int:
+        """The log file's mtime (Kafka's LogSegment.lastModified)."""
+        try:
+            return int(os.stat(self.log_path).st_mtime * 1000)
+        except FileNotFoundError:
+            return self.created_ms
+
+    @property
     def largest_timestamp(self) -> int:
         """What retention.ms compares: the largest timestamp, or the file's mtime if no
         batch carried one (as Kafka)."""
         timestamp = self.max_timestamp_and_offset()[0]
-        if timestamp == NO_TIMESTAMP:
-            try:
-                return int(os.stat(self.log_path).st_mtime * 1000)
-            except FileNotFoundError:
-                return self.created_ms
-        return timestamp
+        return self.last_modified_ms if timestamp == NO_TIMESTAMP else timestamp
 
     def on_become_inactive(self) -> None:
         """On roll: a last time-index entry for the segment's max, then trim both indexes."""

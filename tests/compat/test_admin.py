@@ -170,16 +170,16 @@ def partition_count(admin: AdminClient, topic: str) -> int:
 # ---- ApiVersions -----------------------------------------------------------------------------
 
 
-def test_admin_apis_at_kafka_40_versions(broker: BrokerProcess) -> None:
+def test_admin_apis_at_kafka_39_versions(broker: BrokerProcess) -> None:
     response = call(broker, api_versions_request.ApiVersionsRequest(
         client_software_name="test", client_software_version="1"), 3)
     ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert ranges[ApiKey.CREATE_PARTITIONS] == (0, 3)
     assert ranges[ApiKey.DELETE_RECORDS] == (0, 2)
-    assert ranges[ApiKey.DESCRIBE_CONFIGS] == (1, 4)
+    assert ranges[ApiKey.DESCRIBE_CONFIGS] == (0, 4)
     assert ranges[ApiKey.ALTER_CONFIGS] == (0, 2)
     assert ranges[ApiKey.INCREMENTAL_ALTER_CONFIGS] == (0, 1)
-    assert ranges[ApiKey.DESCRIBE_LOG_DIRS] == (1, 4)
+    assert ranges[ApiKey.DESCRIBE_LOG_DIRS] == (0, 4)
 
 
 # ---- CreatePartitions ------------------------------------------------------------------------

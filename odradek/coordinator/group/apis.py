@@ -285,7 +285,10 @@ class GroupApis:
                 offsets[tp] = OffsetAndMetadata(
                     offset=p.committed_offset,
                     leader_epoch=p.committed_leader_epoch if version >= 6 else -1,
-                    metadata=p.committed_metadata or "", commit_timestamp=now,
+                    metadata=p.committed_metadata or "",
+                    # v1 lets the client set the commit time (-1: now), as Kafka 3.9 reads it.
+                    commit_timestamp=(p.commit_timestamp if version == 1
+                                      and p.commit_timestamp != -1 else now),
                     expire_timestamp=expire)
                 errors.pop(tp, None)
         if offsets:
