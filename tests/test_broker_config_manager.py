@@ -225,3 +225,85 @@ def test_alter_kafka_only_topic_configs(tmp_path: Path) -> None:
                              "remote.storage.enable=true is invalid: tiered storage is not "
                              "supported (Odradek has no remote log storage), so it must be false")
     assert configs.controller.topics["t"].configs["remote.storage.enable"] == "FALSE"
+
+
+# --- Kafka 3.9's names ----------------------------------------------------------------------
+
+
+def test_kafka_39_topic_configs_warn_when_ignored(tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    configs = manager(tmp_path)
+    asyncio.run(configs.controller.create_topic("t", 1, 1, {}))
+    with caplog.at_level("WARNING", logger="odradek.broker.config_manager"):
+        # librdkafka's test suite: message.format.version=0.10.0.0 (CreateTopics checks so)
+        configs.validate_topic_configs({"message.format.version": "0.10.0.0",
+                                        "retention.ms": "1000", "compression.type": None})
+        assert alter_topic(configs, "t", [
+            ("message.timestamp.difference.max.ms", AlterConfigOp.SET, "60000"),
+            ("compression.gzip.level", AlterConfigOp.SET, "5"),
+            ("message.format.version", AlterConfigOp.SET, "2.8")]) == (0, None)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert warnings == [
+        "topic config message.format.version=0.10.0.0 is accepted and has no effect: Odradek "
+        "always writes record batches v2 (message format 2), as Kafka 3.x does from "
+        "inter.broker.protocol.version 3.0; deprecated, and removed in Kafka 4.0",
+        "topic config compression.gzip.level=5 is accepted and has no effect: Odradek stores "
+        "batches as the producer compressed them",
+    ]  # not retention.ms nor the difference (both in effect), nor 2.8 (v2, as written)
+    # Describing a topic logs nothing.
+    caplog.clear()
+    entries = {e.name: e for e in configs.topic_config_entries(
+        configs.controller.topics["t"].configs)}
+    assert caplog.records == []
+    assert entries["message.format.version"].value == "2.8"
+    assert entries["message.format.version"].synonyms[-1] == ConfigSynonym(
+        "log.message.format.version", "3.0-IV1", ConfigSource.DEFAULT_CONFIG)
+    assert entries["message.timestamp.before.max.ms"].value == "60000"  # Kafka 3.9's rule
+    assert alter_topic(configs, "t", [("no.such.config", AlterConfigOp.SET, "1")])[0] == (
+        ErrorCode.INVALID_CONFIG)
+
+
+def test_kafka_39_broker_configs_dynamically(tmp_path: Path,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    configs = manager(tmp_path)
+    with caplog.at_level("WARNING", logger="odradek.broker.config_manager"):
+        assert incremental(configs, "1", [
+            ("sasl.kerberos.min.time.before.relogin", AlterConfigOp.SET, "58000"),
+            ("leader.replication.throttled.rate", AlterConfigOp.SET, "1000000")]) == (0, None)
+        assert incremental(configs, "", [
+            ("background.threads", AlterConfigOp.SET, "4")], validate_only=True) == (0, None)
+    assert configs.store.broker_configs() == {
+        "1/sasl.kerberos.min.time.before.relogin": "58000",
+        "1/leader.replication.throttled.rate": "1000000"}
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2  # none for the validation only
+    assert warnings[0].startswith("broker 1: sasl.kerberos.min.time.before.relogin=58000 is "
+                                  "accepted and has no effect: Odradek has no SASL listeners")
+    assert "quotas" in warnings[1]
+
+    # APPEND on one of Kafka 3.9's list configs, kept in order.
+    assert incremental(configs, "", [
+        ("metric.reporters", AlterConfigOp.APPEND, "b.Reporter,a.Reporter")]) == (0, None)
+    assert configs.config.dynamic_defaults["metric.reporters"] == "b.Reporter,a.Reporter"
+
+    # Refused as Kafka refuses them, or because they would pretend to a security.
+    for name, ops, says in [
+        ("", [("sasl.kerberos.min.time.before.relogin", AlterConfigOp.SET, "1")],
+         "Cannot update these configs at default cluster level, broker id must be specified"),
+        ("1", [("ssl.keystore.location", AlterConfigOp.SET, "/k.jks")],
+         "only per-listener using the listener prefix"),
+        ("1", [("sasl.jaas.config", AlterConfigOp.SET, "x")], "Passwords cannot be updated"),
+        ("1", [("listener.name.external.ssl.client.auth", AlterConfigOp.SET, "required")],
+         "is refused: Odradek serves only PLAINTEXT listeners"),
+        ("1", [("authorizer.class.name", AlterConfigOp.SET, "x")],
+         "Cannot update these configs dynamically"),
+    ]:
+        code, message = incremental(configs, name, ops)
+        assert code == ErrorCode.INVALID_REQUEST and message is not None, ops
+        assert says in message, message
+
+    # Stored ones are warned about again at the next start.
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="odradek.broker.config_manager"):
+        load_dynamic_broker_configs(BrokerConfig.default(), EmbeddedMetadataStore(tmp_path))
+    assert "sasl.kerberos.min.time.before.relogin=58000" in caplog.text

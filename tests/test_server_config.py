@@ -18,11 +18,13 @@ from odradek.server.config import (
     ConfigSource,
     ConfigSynonym,
     Listener,
+    ignored_settings,
     load_properties,
     parse_properties,
     render_docs,
 )
-from odradek.storage.config import LONG_MAX, TOPIC_CONFIGS, ConfigType, LogConfig
+from odradek.server.kafka_configs import KAFKA_39_BROKER_CONFIGS, KafkaType, UpdateMode
+from odradek.storage.config import LONG_MAX, TOPIC_CONFIGS, ConfigType, LogConfig, java_double
 from odradek.storage.errors import InvalidConfigError, StorageError
 from odradek.storage.log_manager import LogManagerConfig
 
@@ -540,7 +542,10 @@ def test_bind_all_interfaces_with_advertised_host() -> None:
 
 def test_describe_lists_every_setting() -> None:
     entries = BrokerConfig.default().describe()
-    assert [e.name for e in entries] == list(BROKER_CONFIGS)
+    # All but Kafka's internal settings and its dynamic-only quotas, as Kafka lists them.
+    assert [e.name for e in entries] == [n for n, k in BROKER_CONFIGS.items() if k.listed]
+    unlisted = {n for n, k in BROKER_CONFIGS.items() if not k.listed}
+    assert {n for n, k in KAFKA_39_BROKER_CONFIGS.items() if k.internal} == unlisted
     assert all(e.documentation for e in entries)
     assert BrokerConfig.default().describe(["num.partitions", "nope"])[0].name == "num.partitions"
     assert len(BrokerConfig.default().describe(["nope"])) == 0
@@ -677,12 +682,20 @@ def test_dynamic_flags_follow_kafka() -> None:
         if not topic.synonyms:  # no broker setting supplies its default
             continue
         first, *rest = topic.synonyms
-        assert BROKER_CONFIGS[first.name].dynamic, first.name
+        # log.message.format.version: Kafka 3.9 does not update it dynamically
+        assert BROKER_CONFIGS[first.name].dynamic == (first.name != "log.message.format.version")
         assert not any(BROKER_CONFIGS[s.name].dynamic for s in rest)
-    dynamic = {k.name for k in BROKER_CONFIGS.values() if k.dynamic}
-    assert dynamic - {s.name for t in TOPIC_CONFIGS.values() for s in t.synonyms} == {
+    # Every name follows Kafka 3.9's update mode, but the listeners: dynamic in Kafka, not here.
+    differ = {name for name, kafka in KAFKA_39_BROKER_CONFIGS.items()
+              if BROKER_CONFIGS[name].dynamic != kafka.dynamic}
+    assert differ == {"listeners", "advertised.listeners", "listener.security.protocol.map"}
+    for name, kafka in KAFKA_39_BROKER_CONFIGS.items():
+        key = BROKER_CONFIGS[name]
+        assert key.per_broker == (key.dynamic and kafka.update_mode is UpdateMode.PER_BROKER)
+    implemented = {k.name for k in BROKER_CONFIGS.values()
+                   if k.dynamic and not k.no_effect and not k.refused}
+    assert implemented - {s.name for t in TOPIC_CONFIGS.values() for s in t.synonyms} == {
         "log.cleaner.threads", "producer.id.expiration.ms", "num.replica.fetchers",
-        "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
     }
 
 
@@ -711,7 +724,7 @@ def test_topic_defaults_are_derived_from_topic_configs() -> None:
     downconversion = BROKER_CONFIGS["log.message.downconversion.enable"]
     assert downconversion.topic is TOPIC_CONFIGS["message.downconversion.enable"]
     assert downconversion.dynamic and downconversion.default is True
-    assert "no effect" in downconversion.doc
+    assert "UNSUPPORTED_VERSION" in downconversion.doc
     assert BrokerConfig.default().log_config == LogConfig.from_broker_properties({})
     props = {"log.segment.bytes": "1000", "log.roll.hours": "3", "log.cleanup.policy": "compact",
              "compression.type": "zstd", "unclean.leader.election.enable": "true",
@@ -749,3 +762,232 @@ def test_the_example_server_properties_is_true() -> None:
     assert commented
     for key, _, value in commented:
         BrokerConfig.from_properties({key: value})  # raises InvalidConfigError if refused
+
+
+# --- Kafka 3.9's names ----------------------------------------------------------------------
+
+
+def kafka_text(config: Any) -> str:
+    """A Kafka 3.9 default as it would be written in server.properties."""
+    if isinstance(config.default, bool):
+        return "true" if config.default else "false"
+    return str(config.default)
+
+
+# What Odradek refuses of Kafka 3.9's defaults: broker.id=-1 asks ZooKeeper for an id, and
+# Odradek generates none (node.id is set, or 1).
+KAFKA_DEFAULTS_REFUSED = {"broker.id", "node.id"}
+
+
+def test_every_kafka_39_broker_config_is_accepted(caplog: pytest.LogCaptureFixture) -> None:
+    """A server.properties setting every Kafka 3.9 broker config that has a default to that
+    default starts a broker: each is known, and the default passes its checks."""
+    assert set(KAFKA_39_BROKER_CONFIGS) <= set(BROKER_CONFIGS)
+    props = {name: kafka_text(config) for name, config in KAFKA_39_BROKER_CONFIGS.items()
+             if config.default is not None and name not in KAFKA_DEFAULTS_REFUSED}
+    assert len(props) > 250
+    props["listeners"] = "PLAINTEXT://localhost:0"  # Kafka's own binds every interface
+    with caplog.at_level("WARNING", logger="odradek.server.config"):
+        config = BrokerConfig.from_properties(props)
+    for name, raw in props.items():
+        assert config.properties[name] == raw
+        assert entry(config, name).source is STATIC, name
+    warned = {r.getMessage().split("=", 1)[0] for r in caplog.records}
+    ignored = {name for name in props if BROKER_CONFIGS[name].ignored(
+        BROKER_CONFIGS[name].coerce(props[name]))}
+    assert warned == ignored
+    assert {"sasl.kerberos.min.time.before.relogin", "inter.broker.protocol.version",
+            "num.network.threads", "quota.window.num"} <= warned
+    assert "log.message.format.version" not in warned  # 3.0-IV1 asks for v2: no change
+    assert "num.partitions" not in warned and "log.retention.hours" not in warned
+
+
+def test_kafka_39_types_and_defaults_are_described() -> None:
+    config = BrokerConfig.default()
+    for name, kafka in KAFKA_39_BROKER_CONFIGS.items():
+        key = BROKER_CONFIGS[name]
+        assert key.config_type == int(kafka.type), name  # DescribeConfigs' type codes
+        assert key.sensitive == (kafka.type is KafkaType.PASSWORD), name
+        if key.no_effect or key.refused:  # not Odradek's: Kafka 3.9's default, in Kafka's form
+            assert key.default == kafka.default, name
+            if kafka.internal:
+                continue
+            e = entry(config, name)
+            shown = None if kafka.default is None or key.sensitive else kafka_text(kafka)
+            if kafka.type is KafkaType.DOUBLE:
+                shown = java_double(kafka.default)
+            assert (e.value, e.source, e.read_only) == (shown, DEFAULT, not kafka.dynamic), name
+            assert "no effect" in e.documentation or "refused" not in e.documentation, name
+    e = entry(config, "log.cleaner.io.max.bytes.per.second")
+    assert e.value == "1.7976931348623157E308"  # as Java's Double.toString writes it
+    e = entry(config, "ssl.keystore.password")
+    assert (e.value, e.is_sensitive, e.config_type) == (None, True, 9)
+    assert entry(config, "authorizer.class.name").value == ""
+    assert entry(config, "group.consumer.assignors").value == (
+        "org.apache.kafka.coordinator.group.assignor.UniformAssignor,"
+        "org.apache.kafka.coordinator.group.assignor.RangeAssignor")  # a list, in order
+    assert entry(config, "group.consumer.assignors").config_type == 7
+    assert entry(config, "principal.builder.class").config_type == 8  # CLASS
+    assert entry(config, "sasl.login.refresh.buffer.seconds").config_type == 4  # SHORT
+    assert entry(config, "inter.broker.protocol.version").value == "3.9-IV0"
+    assert entry(config, "log.message.format.version").value == "3.0-IV1"
+
+
+def test_deprecated_settings_are_kafka_39s() -> None:
+    c = BrokerConfig.from_properties({"inter.broker.protocol.version": "2.8",
+                                      "log.message.format.version": "0.10.0.0",
+                                      "log.message.timestamp.difference.max.ms": "60000",
+                                      "offsets.commit.required.acks": "1"})
+    assert c.get("log.message.format.version") == "0.10.0.0"
+    assert c.log_config.message_format_version == "0.10.0.0"
+    # Kafka 3.9: the difference applies where before.max.ms / after.max.ms keep defaults
+    assert c.log_config.message_timestamp_before_max_ms == 60000
+    assert c.log_config.message_timestamp_after_max_ms == 60000
+    assert c.get("offsets.commit.required.acks") == 1
+    for name, raw in [("inter.broker.protocol.version", "4.0"),  # not a production version
+                      ("inter.broker.protocol.version", "three"),
+                      ("log.message.format.version", "0.10.3"),
+                      ("offsets.commit.required.acks", "40000")]:  # a short
+        assert bad({name: raw}).key == name
+    ok = BrokerConfig.from_properties({"inter.broker.protocol.version": "4.0-IV1"})
+    assert ok.get("inter.broker.protocol.version") == "4.0-IV1"
+
+
+def test_ignored_settings_warnings() -> None:
+    warnings = ignored_settings({
+        "sasl.kerberos.min.time.before.relogin": "58000",
+        "log.message.format.version": "0.10.0",  # Kafka 3.9 warns: v0/v1 are not written
+        "message.max.bytes": "2000",  # has its effect
+        "ssl.keystore.password": "secret",
+        "num.io.threads": None,  # a removal
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": "jaas-secret",
+    })
+    assert warnings[0] == (
+        "sasl.kerberos.min.time.before.relogin=58000 is accepted and has no effect: Odradek "
+        "has no SASL listeners (SASL comes with the security work), so there is no SASL or "
+        "Kerberos login to configure")
+    assert warnings[1].startswith("log.message.format.version=0.10.0 is accepted and has no "
+                                  "effect: Odradek always writes record batches v2")
+    assert warnings[2].startswith("ssl.keystore.password=(sensitive) is accepted")
+    assert warnings[3].startswith("listener.name.sasl_ssl.plain.sasl.jaas.config=(sensitive)")
+    assert len(warnings) == 4 and not any("secret" in w for w in warnings)
+    assert ignored_settings({"log.message.format.version": "2.8"}) == []  # writes v2 anyway
+    assert ignored_settings({"inter.broker.protocol.version": "3.9"})  # Odradek's own
+    assert ignored_settings({"compression.zstd.level": "5"})  # a topic default with no effect
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("authorizer.class.name", "kafka.security.authorizer.AclAuthorizer", "no authorizer"),
+        ("authorizer.class.name", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+         "ACLs"),
+        ("ssl.client.auth", "required", "no client presents a certificate"),
+        ("ssl.client.auth", "requested", "PLAINTEXT listeners"),
+        ("listener.name.external.ssl.client.auth", "required", "certificate"),
+        ("security.inter.broker.protocol", "SASL_SSL", "PLAINTEXT only"),
+        ("zookeeper.set.acl", "true", "no ACLs on the znodes"),
+        ("zookeeper.ssl.client.enable", "true", "without TLS"),
+        ("create.topic.policy.class.name", "com.example.Policy", "unchecked"),
+        ("alter.config.policy.class.name", "com.example.Policy", "unchecked"),
+        ("remote.log.storage.system.enable", "true", "no tiered storage"),
+        ("zookeeper.metadata.migration.enable", "true", "no KRaft mode"),
+        ("controller.quorum.voters", "1@localhost:9093", "no KRaft mode"),
+    ],
+)
+def test_settings_that_would_mislead_are_refused(name: str, value: str, says: str) -> None:
+    error = bad({name: value})
+    assert error.key == name
+    assert str(error).startswith(f"{name}={value} is refused: ")
+    assert says in str(error)
+
+
+def test_inter_broker_listener_is_named_once() -> None:
+    error = bad({"inter.broker.listener.name": "PLAINTEXT",
+                 "security.inter.broker.protocol": "PLAINTEXT"})
+    assert str(error) == ("Only one of inter.broker.listener.name and "
+                          "security.inter.broker.protocol should be set.")
+
+
+def test_refused_settings_take_their_default() -> None:
+    c = BrokerConfig.from_properties({
+        "authorizer.class.name": "", "ssl.client.auth": "none", "zookeeper.set.acl": "false",
+        "security.inter.broker.protocol": "PLAINTEXT", "process.roles": "",
+        "zookeeper.ssl.client.enable": "false", "remote.log.storage.system.enable": "false",
+        "zookeeper.metadata.migration.enable": "false"})
+    assert c.get("security.inter.broker.protocol") == "PLAINTEXT"
+    assert entry(c, "ssl.client.auth").source is STATIC
+
+
+def test_listener_prefixed_settings() -> None:
+    props = {"listener.name.internal.ssl.keystore.location": "/etc/kafka/k.jks",
+             "listener.name.internal.ssl.keystore.password": "pw",
+             "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": "jaas",
+             "listener.name.external.max.connections": "100"}
+    c = BrokerConfig.from_properties(props)
+    e = entry(c, "listener.name.internal.ssl.keystore.location")
+    assert (e.value, e.source, e.read_only, e.config_type) == ("/etc/kafka/k.jks", STATIC,
+                                                               False, ConfigType.STRING)
+    assert e.synonyms == (ConfigSynonym(e.name, "/etc/kafka/k.jks", STATIC),)
+    e = entry(c, "listener.name.internal.ssl.keystore.password")
+    assert (e.value, e.is_sensitive, e.synonyms[0].value) == (None, True, None)
+    e = entry(c, "listener.name.external.max.connections")
+    assert e.value == "100"
+    assert e.synonyms[-1] == ConfigSynonym("max.connections", str(2**31 - 1), DEFAULT)
+    assert entry(c, "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config").is_sensitive
+    names = [e.name for e in c.describe()]
+    assert names[-len(props):] == list(props)  # after the table's, when set
+    assert "listener.name.internal.ssl.keystore.location" not in [
+        e.name for e in BrokerConfig.default().describe()]
+    for name in ("listener.name.internal.num.partitions", "listener.name.x.no.such",
+                 "listener.name.internal", "listener.name..ssl.protocol"):
+        assert bad({name: "1"}).key == name
+    assert bad({"listener.name.x.max.connections": "-1"}).key == "listener.name.x.max.connections"
+
+
+def test_kafka_39_dynamic_rules() -> None:
+    c = BrokerConfig.default()
+    # Accepted dynamically, no effect: Kafka 3.9's per-broker and cluster-wide settings.
+    c = c.with_dynamic({"sasl.kerberos.min.time.before.relogin": "58000",
+                        "background.threads": "5", "leader.replication.throttled.rate": "100",
+                        "listener.name.internal.ssl.keystore.location": "/k.jks",
+                        "metric.reporters": ""})
+    assert c.get("sasl.kerberos.min.time.before.relogin") == 58000
+    assert entry(c, "leader.replication.throttled.rate").source is DYNAMIC
+    c = c.with_dynamic({"background.threads": "6", "max.connections": "10",
+                        "listener.name.x.max.connection.creation.rate": "5"},
+                       cluster_default=True)
+    assert c.get("background.threads") == 5  # the per-broker value wins
+    for updates, cluster_default, says in [
+        ({"sasl.kerberos.min.time.before.relogin": "1"}, True,
+         "Cannot update these configs at default cluster level, broker id must be specified: "
+         "{sasl.kerberos.min.time.before.relogin}"),
+        ({"listener.name.x.ssl.protocol": "TLSv1.3"}, True, "at default cluster level"),
+        ({"ssl.keystore.location": "/k.jks", "ssl.truststore.location": "/t.jks"}, False,
+         "These security configs can be dynamically updated only per-listener using the "
+         "listener prefix: {ssl.keystore.location, ssl.truststore.location}"),
+        ({"sasl.jaas.config": "x"}, False, "Passwords cannot be updated dynamically"),
+        ({"listener.name.x.ssl.key.password": "x"}, False, "password.encoder.secret"),
+        ({"inter.broker.protocol.version": "3.9"}, False, "Cannot update these configs"),
+        ({"ssl.client.auth": "required"}, False, "is refused"),
+        ({"background.threads": "0"}, False, "must be >= 1"),
+    ]:
+        with pytest.raises(InvalidConfigError) as info:
+            c.with_dynamic(updates, cluster_default=cluster_default)
+        assert says in str(info.value), updates
+    # Removing a password is no update of one.
+    assert c.with_dynamic({"sasl.jaas.config": None}) == c
+
+
+def test_kafka_39_short_and_list_settings() -> None:
+    c = BrokerConfig.from_properties({"group.consumer.assignors": " b ,a",
+                                      "group.coordinator.rebalance.protocols": "classic",
+                                      "sasl.login.refresh.buffer.seconds": "100"})
+    assert c.get("group.consumer.assignors") == "b,a"  # Kafka's list, in order
+    assert entry(c, "group.consumer.assignors").value == "b,a"
+    for name, raw in [("group.coordinator.rebalance.protocols", "classic,nope"),
+                      ("group.share.max.groups", "101"),  # Kafka's [1,...,100]
+                      ("sasl.login.refresh.buffer.seconds", "32768"),  # a short
+                      ("ssl.client.auth", "maybe"),
+                      ("background.threads", "many")]:
+        assert bad({name: raw}).key == name

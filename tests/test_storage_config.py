@@ -9,16 +9,23 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from odradek.protocol.errors import ErrorCode
+from odradek.server.kafka_configs import KAFKA_39_TOPIC_CONFIGS
 from odradek.storage.config import (
     BROKER_SYNONYMS,
     LONG_MAX,
+    METADATA_VERSIONS,
     TOPIC_CONFIGS,
     ConfigType,
     LogConfig,
+    java_double,
+    kafka_version_index,
+    record_format_version,
 )
 from odradek.storage.errors import InvalidConfigError, StorageError
 
-# Kafka 4.0's defaults as DescribeConfigs reports them for a topic without overrides.
+# Kafka 4.0's defaults as DescribeConfigs reports them for a topic without overrides, and
+# Kafka 3.9's for the deprecated configs 4.0 removed (message.format.version,
+# message.timestamp.difference.max.ms).
 KAFKA_DEFAULTS = {
     "segment.bytes": "1073741824",
     "segment.ms": "604800000",
@@ -39,6 +46,7 @@ KAFKA_DEFAULTS = {
     "message.timestamp.type": "CreateTime",
     "message.timestamp.before.max.ms": "9223372036854775807",
     "message.timestamp.after.max.ms": "3600000",
+    "message.timestamp.difference.max.ms": "9223372036854775807",
     "preallocate": "false",
     "unclean.leader.election.enable": "false",
     "min.insync.replicas": "1",
@@ -47,6 +55,7 @@ KAFKA_DEFAULTS = {
     "compression.lz4.level": "9",
     "compression.zstd.level": "3",
     "message.downconversion.enable": "true",
+    "message.format.version": "3.0-IV1",
     "leader.replication.throttled.replicas": "",
     "follower.replication.throttled.replicas": "",
     "remote.storage.enable": "false",
@@ -65,7 +74,10 @@ NO_BROKER_DEFAULT = {
     "remote.log.delete.on.disable",
 }
 # Accepted for Kafka's tools, with no effect here; their documentation says so.
-NO_EFFECT = NO_BROKER_DEFAULT | {"message.downconversion.enable"}
+NO_EFFECT = NO_BROKER_DEFAULT | {"message.format.version",
+                                 "compression.gzip.level", "compression.lz4.level",
+                                 "compression.zstd.level", "local.retention.ms",
+                                 "local.retention.bytes"}
 
 
 def bad(props: dict[str, object], **kwargs: object) -> InvalidConfigError:
@@ -332,11 +344,12 @@ def test_remote_storage_enable_true_is_refused() -> None:
 
 
 def test_accepted_without_effect_says_so() -> None:
+    assert {name for name, key in TOPIC_CONFIGS.items() if key.no_effect} == NO_EFFECT
     for name in NO_EFFECT:
-        doc = TOPIC_CONFIGS[name].doc
-        assert "no effect" in doc, name
+        doc = TOPIC_CONFIGS[name].doc.lower()
+        assert "no effect" in doc or "not used yet" in doc, name
     assert "tiered storage" in TOPIC_CONFIGS["remote.storage.enable"].doc
-    assert "KAFKA-18269" in TOPIC_CONFIGS["message.downconversion.enable"].doc
+    assert "Fetch v0-v3" in TOPIC_CONFIGS["message.downconversion.enable"].doc
 
 
 def test_min_compaction_lag_above_max() -> None:
@@ -516,7 +529,94 @@ def test_config_types_are_describe_configs_codes() -> None:
     assert TOPIC_CONFIGS["min.cleanable.dirty.ratio"].type is ConfigType.DOUBLE == 6
     assert TOPIC_CONFIGS["preallocate"].type is ConfigType.BOOLEAN == 1
     assert TOPIC_CONFIGS["compression.type"].type is ConfigType.STRING == 2
-    # Kafka 4.0's types for the configs accepted without effect
-    for name in NO_EFFECT:
-        expected = ConfigType.LIST if "throttled" in name else ConfigType.BOOLEAN
-        assert TOPIC_CONFIGS[name].type is expected, name
+    # Kafka's types for every config, those accepted without effect included
+    for name, kafka in KAFKA_39_TOPIC_CONFIGS.items():
+        assert int(TOPIC_CONFIGS[name].type) == int(kafka.type), name
+
+
+# --- Kafka 3.9's topic configs ----------------------------------------------------------------
+
+
+def test_every_kafka_39_topic_config_is_accepted() -> None:
+    """Kafka 3.9's topic configs, deprecated ones included, are all here, with Kafka's broker
+    synonym, and each is accepted at Kafka 3.9's default."""
+    assert list(TOPIC_CONFIGS) == list(LogConfig().to_properties())
+    assert set(TOPIC_CONFIGS) == set(KAFKA_39_TOPIC_CONFIGS)
+    for name, kafka in KAFKA_39_TOPIC_CONFIGS.items():
+        key = TOPIC_CONFIGS[name]
+        assert (key.synonyms[0].name if key.synonyms else None) == kafka.server_default, name
+        raw = kafka.default if not isinstance(kafka.default, bool) else str(kafka.default)
+        config = LogConfig.from_properties({name: str(raw)})
+        assert getattr(config, key.attr) == key.coerce(str(raw)), name
+
+
+def test_message_format_version_is_accepted_and_ignored() -> None:
+    """librdkafka's own test suite sets message.format.version=0.10.0.0 on a topic."""
+    key = TOPIC_CONFIGS["message.format.version"]
+    for raw in ("0.10.0.0", "0.10.0", "0.10.0-IV1", "0.8.2.2", "1.1", "2.8.1", "3.0-IV1",
+                "3.9", "3.9-IV0", "4.0-IV0"):
+        assert LogConfig.from_properties({key.name: raw}).message_format_version == raw
+    for raw in ("4.0", "0.10.3", "abc", "", "3", "10.0"):
+        error = bad({key.name: raw})
+        assert error.key == key.name and "must be a Kafka version" in str(error)
+    # As Kafka 3.9 (LogConfig.MessageFormatVersion.shouldWarn): a warning for a version that
+    # would write v0 or v1; none for a version whose format, v2, is what is written anyway.
+    assert key.ignored("0.10.0.0") == key.no_effect
+    assert "v2" in key.no_effect and "removed in Kafka 4.0" in key.no_effect
+    assert key.ignored("0.11.0") is None and key.ignored("3.0-IV1") is None
+    assert TOPIC_CONFIGS["retention.ms"].ignored(5) is None
+    assert TOPIC_CONFIGS["compression.zstd.level"].ignored(5)
+
+
+def test_kafka_versions_parse_as_kafka_39_does() -> None:
+    assert METADATA_VERSIONS[-3:] == ("3.9-IV0", "4.0-IV0", "4.0-IV1")
+    # a release is its latest production id; 0.x keeps three parts, the others two
+    assert kafka_version_index("0.10.0") == METADATA_VERSIONS.index("0.10.0-IV1")
+    assert kafka_version_index("0.10.0.1") == kafka_version_index("0.10.0")
+    assert kafka_version_index("2.8.7") == METADATA_VERSIONS.index("2.8-IV1")
+    assert kafka_version_index("3.9") == METADATA_VERSIONS.index("3.9-IV0")
+    assert kafka_version_index("4.0") is None  # not a production version in Kafka 3.9
+    assert kafka_version_index("3.9.") is None  # as Java splits it: the whole string is the key
+    assert [record_format_version(v) for v in ("0.9.0", "0.10.2", "0.11.0", "3.9")] == [
+        0, 1, 2, 2]
+    with pytest.raises(ValueError, match="not a valid version"):
+        record_format_version("nope")
+
+
+def test_timestamp_difference_as_kafka_39() -> None:
+    """Kafka 3.9 (LogConfig.getMessageTimestampBeforeMaxMs/AfterMaxMs): the deprecated
+    difference applies to each side whose own limit is at its default."""
+    c = LogConfig.from_properties({"message.timestamp.difference.max.ms": "1000"})
+    assert (c.message_timestamp_before_max_ms, c.message_timestamp_after_max_ms) == (1000, 1000)
+    c = LogConfig.from_properties({"message.timestamp.difference.max.ms": "1000",
+                                   "message.timestamp.before.max.ms": "5"})
+    assert (c.message_timestamp_before_max_ms, c.message_timestamp_after_max_ms) == (5, 1000)
+    c = LogConfig.from_properties({"message.timestamp.difference.max.ms": "1000",
+                                   "message.timestamp.before.max.ms": str(LONG_MAX)})
+    assert c.message_timestamp_before_max_ms == 1000  # set to its default: as unset
+    # From the broker's defaults, and a topic's difference over the broker's.
+    broker = LogConfig.from_broker_properties({"log.message.timestamp.difference.max.ms": "7"})
+    assert (broker.message_timestamp_before_max_ms, broker.message_timestamp_after_max_ms) == (
+        7, 7)
+    topic = broker.with_overrides({"message.timestamp.difference.max.ms": "9"})
+    assert (topic.message_timestamp_before_max_ms, topic.message_timestamp_after_max_ms) == (9, 9)
+    back = broker.with_overrides({"message.timestamp.difference.max.ms": str(LONG_MAX)})
+    assert back.message_timestamp_before_max_ms == LONG_MAX
+    assert back.message_timestamp_after_max_ms == 3600_000
+    kept = LogConfig.from_broker_properties({"log.message.timestamp.before.max.ms": "3"})
+    kept = kept.with_overrides({"message.timestamp.difference.max.ms": "9"})
+    assert (kept.message_timestamp_before_max_ms, kept.message_timestamp_after_max_ms) == (3, 9)
+    # Without the difference nothing changes.
+    assert LogConfig.from_properties({"retention.ms": "5"}).message_timestamp_after_max_ms == (
+        3600_000)
+    assert bad({"message.timestamp.difference.max.ms": "-1"}).key == (
+        "message.timestamp.difference.max.ms")
+
+
+def test_doubles_are_written_as_java_does() -> None:
+    cases = {0.5: "0.5", 1.0: "1.0", 0.05: "0.05", 123.25: "123.25", 1e7: "1.0E7",
+             12345678.0: "1.2345678E7", 1.7976931348623157e308: "1.7976931348623157E308",
+             1e-4: "1.0E-4", -2.5e-9: "-2.5E-9", 0.0: "0.0"}
+    for value, text in cases.items():
+        assert java_double(value) == text, value
+    assert TOPIC_CONFIGS["min.cleanable.dirty.ratio"].format(0.25) == "0.25"

@@ -91,15 +91,24 @@ _TOPIC_CODECS = {"uncompressed": compression.NONE, "gzip": compression.GZIP,
 
 async def _down_convert(results: list[FetchPartitionResult],
                         reads: list[tuple[tuple[str, int], FetchPartitionRequest]],
-                        magic: int) -> dict[tuple[str, int], bytes]:
+                        magic: int, refused: set[tuple[str, int]]
+                        ) -> dict[tuple[str, int], bytes | KafkaError]:
     """Fetch v0-v3: the v2 batches read, as message sets of `magic` (Kafka's
     down-conversion), in a thread: each record is rewritten. Headers cannot be expressed
-    and are dropped; control batches are left out."""
-    def convert() -> dict[tuple[str, int], bytes]:
-        return {tp: legacy_records.down_convert(
-                    b"".join(s.read() for s in result.slices), magic,
-                    fetch_offset=wanted.fetch_offset, max_bytes=wanted.max_bytes)
-                for result, (tp, wanted) in zip(results, reads, strict=True) if result.slices}
+    and are dropped; control batches are left out. A partition whose next batch cannot be
+    expressed (zstd: UNSUPPORTED_COMPRESSION_TYPE, as Kafka answers fetches before v10)
+    gets the error instead."""
+    def convert() -> dict[tuple[str, int], bytes | KafkaError]:
+        out: dict[tuple[str, int], bytes | KafkaError] = {}
+        for result, (tp, wanted) in zip(results, reads, strict=True):
+            if result.slices and tp not in refused:
+                try:
+                    out[tp] = legacy_records.down_convert(
+                        b"".join(s.read() for s in result.slices), magic,
+                        fetch_offset=wanted.fetch_offset, max_bytes=wanted.max_bytes)
+                except KafkaError as e:
+                    out[tp] = e
+        return out
 
     return await asyncio.to_thread(convert)
 
@@ -413,9 +422,12 @@ class KafkaApis:
             max_bytes=min(body.max_bytes, self.config.fetch_max_bytes),
             isolation_level=body.isolation_level, requests=reads,
         )
-        # v0-v1 read magic 0 message sets, v2-v3 magic 1.
-        converted = (await _down_convert(results, reads, 0 if version <= 1 else 1)
-                     if version <= 3 else None)
+        converted = refused = None
+        if version <= 3:  # v0-v1 read magic 0 message sets, v2-v3 magic 1
+            # message.downconversion.enable=false: UNSUPPORTED_VERSION, as in Kafka 3.9.
+            refused = {tp for (tp, _), r in zip(reads, results, strict=True)
+                       if r.slices and not self._down_conversion_enabled(tp)}
+            converted = await _down_convert(results, reads, 0 if version <= 1 else 1, refused)
         # read_committed consumers get the (so far always empty) aborted transactions list.
         aborted: list[fetch_response.AbortedTransaction] | None = (
             [] if body.isolation_level == READ_COMMITTED else None)
@@ -431,7 +443,12 @@ class KafkaApis:
                 records=FileRecords(r.slices) if r.slices else b"",  # type: ignore[arg-type]
             )
             if converted is not None:
-                data.records = converted.get((name, index), b"")
+                records = converted.get((name, index), b"")
+                if isinstance(records, KafkaError):
+                    data.error_code, records = int(records.error_code), b""
+                elif refused and (name, index) in refused:
+                    data.error_code = ErrorCode.UNSUPPORTED_VERSION
+                data.records = records
             last = responses[-1] if responses else None
             if last is not None and last.topic == name and last.topic_id == topic_id:
                 last.partitions.append(data)
@@ -439,6 +456,10 @@ class KafkaApis:
                 responses.append(fetch_response.FetchableTopicResponse(
                     topic=name, topic_id=topic_id if by_id else ZERO_UUID, partitions=[data]))
         return fetch_response.FetchResponse(session_id=context_.session_id, responses=responses)
+
+    def _down_conversion_enabled(self, tp: tuple[str, int]) -> bool:
+        partition = self.replica_manager.get_partition(tp)
+        return partition is None or partition.log.config.message_downconversion_enable
 
     # ---- ListOffsets ------------------------------------------------------------------
 

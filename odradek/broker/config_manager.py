@@ -17,6 +17,13 @@ topic config that is unknown or invalid is INVALID_CONFIG, as is APPEND or SUBTR
 config that is not a list; an unknown topic is UNKNOWN_TOPIC_OR_PARTITION.
 remote.storage.enable=true is INVALID_CONFIG too ("tiered storage is not supported"), as
 Kafka answers it when the broker has no remote log storage system enabled.
+
+Every config name Kafka 3.9 accepts is accepted (server/config.py, storage/config.py): one
+that has no effect here logs a warning saying why when a topic is created or altered with it,
+or when a broker config is updated with it; the broker's own settings that would pretend to a
+security Odradek lacks (an authorizer, client certificates, ...) are refused with a message
+saying so (INVALID_REQUEST), as are dynamic passwords (Odradek does not encrypt its metadata
+store) and the security configs Kafka updates only per listener.
 """
 
 from __future__ import annotations
@@ -46,11 +53,13 @@ from odradek.protocol.messages import (
     incremental_alter_configs_response,
 )
 from odradek.server.config import (
-    BROKER_CONFIGS,
+    LIST_CONFIG_TYPE,
     BrokerConfig,
     ConfigEntry,
     ConfigSource,
     ConfigSynonym,
+    broker_key,
+    ignored_settings,
 )
 from odradek.server.network import RequestContext
 from odradek.storage.config import TOPIC_CONFIGS, ConfigType, LogConfig
@@ -117,7 +126,19 @@ class ConfigManager:
     # ---- topic configs ----------------------------------------------------------------
 
     def validate_topic_configs(self, configs: Mapping[str, str | None]) -> LogConfig:
-        """The topic's LogConfig from its overrides; InvalidConfigError names a bad key."""
+        """The topic's LogConfig from its overrides (CreateTopics, AlterConfigs); an
+        InvalidConfigError names a bad key. Logs a warning for each override that is
+        accepted and has no effect here."""
+        config = self._topic_log_config(configs)
+        for name, raw in configs.items():
+            key = TOPIC_CONFIGS[name]
+            reason = None if raw is None else key.ignored(getattr(config, key.attr))
+            if reason:
+                log.warning("topic config %s=%s is accepted and has no effect: %s",
+                            name, raw, reason)
+        return config
+
+    def _topic_log_config(self, configs: Mapping[str, str | None]) -> LogConfig:
         values = {k: v for k, v in configs.items() if v is not None}
         return LogConfig.from_properties(values, defaults=self.config.log_config)
 
@@ -130,7 +151,7 @@ class ConfigManager:
         from the topic (TOPIC_CONFIG) or is Kafka's default (DEFAULT_CONFIG, no synonyms)."""
         wanted = None if names is None else set(names)
         keys = [k for k in TOPIC_CONFIGS.values() if wanted is None or k.name in wanted]
-        effective = self.validate_topic_configs(overrides)
+        effective = self._topic_log_config(overrides)
         broker = {e.name: e for e in self.config.describe(k.synonyms[0].name for k in keys
                                                           if k.synonyms)}
         entries = []
@@ -170,7 +191,8 @@ class ConfigManager:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 result.configs = [_describe_entry(e, body.include_synonyms,
-                                                  body.include_documentation) for e in entries]
+                                                  body.include_documentation,
+                                                  request.api_version) for e in entries]
             results.append(result)
         return describe_configs_response.DescribeConfigsResponse(results=results)
 
@@ -313,6 +335,9 @@ class ConfigManager:
         self.config = new
         log.info("broker %s: dynamic configs %s now %s", self.config.node_id,
                  "cluster-wide" if cluster_default else "of this broker", layer)
+        for warning in ignored_settings(updates):
+            log.warning("broker %s%s: %s", self.config.node_id,
+                        " (cluster-wide default)" if cluster_default else "", warning)
         if self.on_broker_config_change is not None:
             self.on_broker_config_change(new)
 
@@ -344,6 +369,8 @@ def load_dynamic_broker_configs(config: BrokerConfig, store: MetadataStore) -> B
                 continue
             log.info("dynamic broker configs (%s): %s",
                      "cluster-wide" if cluster_default else f"broker {entity}", layer)
+            for warning in ignored_settings(layer):
+                log.warning("stored dynamic broker config %s", warning)
             break
     return config
 
@@ -389,17 +416,18 @@ def _topic_list_default(name: str, op: AlterConfigOp) -> str | None:
 
 
 def _broker_list_default(name: str, op: AlterConfigOp) -> str | None:
-    key = BROKER_CONFIGS.get(name)
-    if key is None:
-        raise InvalidConfigurationError(f"Unknown config name: {name}")
-    if key.type is not ConfigType.LIST:
+    try:
+        key = broker_key(name)
+    except InvalidConfigError:
+        raise InvalidConfigurationError(f"Unknown config name: {name}") from None
+    if key.config_type != LIST_CONFIG_TYPE:
         raise InvalidConfigurationError(f"Config value {op.name.lower()} is not allowed for "
                                         f"config key: {name}")
     return None if key.default is None else key.format(key.default)
 
 
-def _describe_entry(entry: ConfigEntry, include_synonyms: bool, include_documentation: bool
-                    ) -> describe_configs_response.DescribeConfigsResourceResult:
+def _describe_entry(entry: ConfigEntry, include_synonyms: bool, include_documentation: bool,
+                    version: int) -> describe_configs_response.DescribeConfigsResourceResult:
     return describe_configs_response.DescribeConfigsResourceResult(
         name=entry.name, value=entry.value, read_only=entry.read_only,
         config_source=int(entry.source), is_sensitive=entry.is_sensitive,
@@ -408,6 +436,8 @@ def _describe_entry(entry: ConfigEntry, include_synonyms: bool, include_document
         if include_synonyms else [],
         config_type=entry.config_type,
         documentation=entry.documentation if include_documentation else None,
+        # v0's only word on where a value comes from (v1 on: config_source).
+        is_default=version == 0 and entry.source == ConfigSource.DEFAULT_CONFIG,
     )
 
 

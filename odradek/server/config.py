@@ -16,6 +16,15 @@ group of synonyms the finer one wins whatever its layer (log.retention.ms over .
 over .hours), as in Kafka, where only the finest of a group can be set dynamically.
 `describe` lists settings as DescribeConfigs does, with their sources and synonyms.
 
+Every other broker config ZooKeeper-mode Kafka 3.9 accepts (odradek/server/kafka_configs.py
+holds Kafka 3.9's list) is in the table too, with Kafka 3.9's type, default, valid values and
+update mode, as a setting Odradek accepts and ignores (`no_effect` says why, per part of
+Kafka: TLS, SASL, KRaft, quotas, tiered storage...); setting one logs a warning that says so.
+A few of them are refused instead (`_REFUSED`), where accepting them would pretend to a
+security or a durability Odradek lacks (an authorizer, client certificates, ZooKeeper ACLs,
+tiered storage, KRaft). listener.name.<listener>.<config> is accepted for Kafka's
+per-listener TLS, SASL and connection configs.
+
 docs/configuration.md carries the table generated from `BROKER_CONFIGS`
 (`python -m odradek.server.config` rewrites it; a test keeps it in step).
 """
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -32,6 +42,18 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from odradek.server.kafka_configs import (
+    CLUSTER_LEVEL_LISTENER_CONFIGS,
+    KAFKA_39_BROKER_CONFIGS,
+    LISTENER_CONFIG_AREAS,
+    LISTENER_CONFIGS,
+    LISTENER_MECHANISM_CONFIGS,
+    LISTENER_ONLY_DYNAMIC_CONFIGS,
+    LISTENER_PREFIX,
+    KafkaBrokerConfig,
+    KafkaType,
+    UpdateMode,
+)
 from odradek.storage.config import (
     INT_MAX,
     MS_PER_HOUR,
@@ -59,10 +81,14 @@ __all__ = [
     "ConfigSource",
     "ConfigSynonym",
     "Listener",
+    "broker_key",
     "configuration_table",
+    "ignored_settings",
     "load_properties",
     "parse_properties",
 ]
+
+log = logging.getLogger(__name__)
 
 
 class ConfigSource(IntEnum):
@@ -77,8 +103,12 @@ class ConfigSource(IntEnum):
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
 
 
-SHORT_CONFIG_TYPE = 4  # DescribeConfigs' ConfigType code for SHORT, which ConfigType lacks
-SHORT_MAX = 2**15 - 1
+# DescribeConfigs' ConfigType codes for the types ConfigType lacks.
+SHORT_CONFIG_TYPE = int(KafkaType.SHORT)
+LIST_CONFIG_TYPE = int(KafkaType.LIST)
+CLASS_CONFIG_TYPE = int(KafkaType.CLASS)
+PASSWORD_CONFIG_TYPE = int(KafkaType.PASSWORD)
+SHORT_MIN, SHORT_MAX = -(2**15), 2**15 - 1
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SERVED_PROTOCOLS = ("PLAINTEXT",)  # TLS and SASL come with the security issue
@@ -104,10 +134,13 @@ class BrokerKey:
     dynamic: bool = False  # can be updated with AlterConfigs (Kafka's DynamicBrokerConfig)
     fallbacks: tuple[str, ...] = ()  # lower-precedence synonyms, highest first
     scale: int = 1  # its unit relative to its synonyms' (ms = 1, hours = 3600000)
-    no_effect: bool = False  # accepted for compatibility with Kafka's files, ignored
+    no_effect: str = ""  # why it is accepted (from Kafka's files and tools) and ignored
     sensitive: bool = False  # never listed with its value
     wire_type: int | None = None  # DescribeConfigs type code when ConfigType has none
     topic: ConfigKey | None = None  # the topic config whose default this setting supplies
+    per_broker: bool = False  # dynamic for one broker only, not as a cluster-wide default
+    listed: bool = True  # listed by DescribeConfigs when not set (not: Kafka's internal ones)
+    refused: tuple[Any, str] | None = None  # (the only value taken, why no other is)
 
     @property
     def config_type(self) -> int:
@@ -126,12 +159,24 @@ class BrokerKey:
             value = parse_value(self.type, raw)
         except ValueError as e:
             raise _invalid(self.name, raw, str(e)) from None
+        if self.wire_type == LIST_CONFIG_TYPE and self.type is ConfigType.STRING:
+            # A list kept in order (Kafka's LIST, as it writes it back): "a, b" is "a,b".
+            value = ",".join(item.strip() for item in value.split(",")) if value else ""
+        if self.refused is not None and value != self.refused[0]:
+            raise InvalidConfigError(f"{self.name}={raw} is refused: {self.refused[1]}",
+                                     key=self.name)
         if self.validator is not None and not self.validator(value):
             raise _invalid(self.name, raw, str(self.validator))
         return value
 
     def format(self, value: Any) -> str:
         return format_value(self.type, value)
+
+    def ignored(self, value: Any) -> str | None:
+        """Why setting this to `value` has no effect here (for a warning), or None."""
+        if self.topic is not None:
+            return self.topic.ignored(value)
+        return self.no_effect or None
 
 
 def _invalid(key: str, raw: Any, reason: str) -> InvalidConfigError:
@@ -157,7 +202,8 @@ def _topic_default_keys() -> list[BrokerKey]:
     a topic config without synonyms).
 
     As in Kafka, only the last synonym of a group has a default (log.retention.hours=168,
-    not log.retention.ms), and only the first can be updated dynamically.
+    not log.retention.ms), and only the first can be updated dynamically, if Kafka 3.9 can
+    (not log.message.format.version).
     """
     keys = []
     for topic in TOPIC_CONFIGS.values():
@@ -183,9 +229,10 @@ def _topic_default_keys() -> list[BrokerKey]:
                     default,
                     doc,
                     group="Topic defaults",
-                    dynamic=i == 0,
+                    dynamic=i == 0 and KAFKA_39_BROKER_CONFIGS[synonym.name].dynamic,
                     fallbacks=tuple(lower),
                     scale=synonym.scale,
+                    no_effect=topic.no_effect,
                     topic=topic,
                 )
             )
@@ -198,6 +245,7 @@ def _in(group: str, *keys: BrokerKey) -> list[BrokerKey]:
 
 _K = BrokerKey
 _NOT_ZERO = "must be >= 1 (Kafka also takes 0: checkpoint once)"
+_SHARE_GROUPS = "Odradek has no share groups (KIP-932)"
 
 _HAND_KEYS: list[BrokerKey] = [
     *_in(
@@ -290,7 +338,8 @@ _HAND_KEYS: list[BrokerKey] = [
            "Forget an idempotent producer's state this long after its last write.", Range(1),
            dynamic=True),
         _K("producer.id.expiration.check.interval.ms", _T.INT, 10 * MS_PER_MINUTE,
-           "How often expired producer ids are removed.", Range(1)),
+           "How often expired producer ids are removed. Internal in Kafka: DescribeConfigs "
+           "lists it only when set.", Range(1), listed=False),
         _K("odradek.batch.max.decompressed.bytes", _T.INT, DEFAULT_MAX_DECOMPRESSED_BYTES,
            "Odradek's (Kafka has no bound): the most a produced compressed batch may inflate "
            "to. The leader inflates every compressed batch to check its records, never past "
@@ -406,29 +455,153 @@ _HAND_KEYS: list[BrokerKey] = [
            "The share of non-preferred leaders per broker that triggers a rebalance.",
            Range(0, 100)),
     ),
-    # What Kafka's sample server.properties files set, so that they load unchanged.
+    # Kafka 4.0 names its sample server.properties files set, so that they load unchanged.
+    # (Kafka 3.9's names come from kafka_configs.py.)
     *_in(
-        "Accepted, no effect",
-        _K("num.network.threads", _T.INT, 3,
-           "Kafka's network thread count; Odradek's network layer is asyncio.", Range(1),
-           dynamic=True, no_effect=True),
-        _K("num.io.threads", _T.INT, 8, "Kafka's request handler thread count.", Range(1),
-           dynamic=True, no_effect=True),
-        _K("socket.send.buffer.bytes", _T.INT, 100 * 1024,
-           "SO_SNDBUF of server sockets; -1: the OS default.", no_effect=True),
-        _K("socket.receive.buffer.bytes", _T.INT, 100 * 1024,
-           "SO_RCVBUF of server sockets; -1: the OS default.", no_effect=True),
-        _K("num.recovery.threads.per.data.dir", _T.INT, 1,
-           "Kafka's log recovery threads per log directory.", Range(1), dynamic=True,
-           no_effect=True),
+        "Kafka 4.0's share groups (accepted, no effect)",
         _K("share.coordinator.state.topic.replication.factor", _T.INT, 3,
            "The replication factor of Kafka's share-group state topic.", _SHORT,
-           wire_type=SHORT_CONFIG_TYPE, no_effect=True),
+           wire_type=SHORT_CONFIG_TYPE, no_effect=_SHARE_GROUPS),
         _K("share.coordinator.state.topic.min.isr", _T.INT, 2,
            "min.insync.replicas of Kafka's share-group state topic.", _SHORT,
-           wire_type=SHORT_CONFIG_TYPE, no_effect=True),
+           wire_type=SHORT_CONFIG_TYPE, no_effect=_SHARE_GROUPS),
     ),
 ]
+
+
+# ---- Kafka 3.9's other settings: accepted, no effect -----------------------------------------
+
+# Each part of Kafka whose settings Odradek accepts and ignores: its heading, and why the
+# settings have no effect here (the warning's words, and the docs'). In the docs' order.
+_AREAS = {
+    "protocol": ("Protocol versions",
+                 "Odradek serves one set of protocol versions, this release's: its brokers "
+                 "speak one inter-broker protocol, advertise no unstable API version, and "
+                 "always write record batches v2 (message format 2), as Kafka 3.x does from "
+                 "inter.broker.protocol.version 3.0"),
+    "threads": ("Thread pools",
+                "Odradek runs its network layer and request handlers on an asyncio event "
+                "loop, with worker threads of its own, so Kafka's thread pool sizes do not "
+                "apply"),
+    "network": ("Network and request tuning",
+                "Kafka's socket, request and purgatory tuning: Odradek's asyncio network "
+                "layer and delayed operations have no such knob"),
+    "log": ("Log manager tuning", "Odradek's log manager has no such knob"),
+    "cleaner": ("Log cleaner tuning",
+                "Odradek's log cleaner sizes its own buffers and pauses (its dedupe map holds "
+                "keys, not Kafka's 24-byte entries)"),
+    "groups": ("Group coordinator tuning",
+               "Odradek's group coordinator writes offset commits uncompressed, with acks=all "
+               "(-1, Kafka's default)"),
+    "consumer-groups": ("Consumer groups (KIP-848)",
+                        "Kafka 3.9's new consumer group protocol (early access there, off by "
+                        "default); Odradek's group coordinator serves the classic protocol"),
+    "share-groups": ("Share groups (KIP-932)",
+                     "Kafka 3.9's share groups (early access there, off by default); Odradek "
+                     "has none"),
+    "transactions": ("Transactions", "Odradek has no transaction coordinator yet"),
+    "replication": ("Controller and replication tuning",
+                    "Odradek's controller and followers have no such knob (and no "
+                    "rack-aware replica selector for consumers, KIP-392)"),
+    "server": ("Broker ids",
+               "Odradek does not generate broker ids: node.id (or broker.id) is set, or 1"),
+    "quota": ("Quotas and connection limits",
+              "Odradek does not enforce quotas, replication throttles or connection limits "
+              "yet"),
+    "metrics": ("Metrics reporters",
+                "Odradek serves its metrics at /metrics on its HTTP listener (Prometheus), "
+                "not through Java reporters or JMX"),
+    "tls": ("TLS",
+            "Odradek serves only PLAINTEXT listeners (TLS comes with the security work), so "
+            "there is no TLS to configure"),
+    "sasl": ("SASL",
+             "Odradek has no SASL listeners (SASL comes with the security work), so there is "
+             "no SASL or Kerberos login to configure"),
+    "auth": ("Authorization, principals and secrets",
+             "Odradek does not authenticate clients yet, so it has no principals, delegation "
+             "tokens or encrypted passwords to manage"),
+    "zookeeper": ("ZooKeeper client tuning",
+                  "Odradek's ZooKeeper client manages its own connection and requests"),
+    "zookeeper-security": ("ZooKeeper TLS",
+                           "Odradek's ZooKeeper client connects without TLS (and "
+                           "zookeeper.ssl.client.enable must be false)"),
+    "tiered": ("Tiered storage", "Odradek has no tiered storage"),
+    "kraft": ("KRaft",
+              "Odradek has no KRaft mode; as in ZooKeeper-mode Kafka, KRaft's tuning is "
+              "ignored"),
+}
+
+_KRAFT = ("Odradek has no KRaft mode: it keeps cluster metadata in its embedded single-node "
+          "store, or in ZooKeeper when zookeeper.connect is set")
+
+# Kafka 3.9 settings whose other values would pretend to a security or durability Odradek
+# lacks, or to KRaft: the only value taken (their default, or empty), and why.
+_REFUSED: dict[str, tuple[Any, str]] = {
+    "authorizer.class.name": ("", "Odradek has no authorizer yet (ACLs come with the "
+                              "security work): every client may do everything, and "
+                              "accepting an authorizer would pretend otherwise"),
+    "create.topic.policy.class.name": ("", "Odradek cannot run Kafka's Java policy classes, "
+                                       "so topics would be created unchecked"),
+    "alter.config.policy.class.name": ("", "Odradek cannot run Kafka's Java policy classes, "
+                                       "so configs would be altered unchecked"),
+    "security.inter.broker.protocol": ("PLAINTEXT", "Odradek's brokers talk to each other "
+                                       "over PLAINTEXT only (TLS and SASL come with the "
+                                       "security work)"),
+    "ssl.client.auth": ("none", "Odradek serves only PLAINTEXT listeners, so no client "
+                        "presents a certificate to be authenticated by"),
+    "zookeeper.set.acl": (False, "Odradek's ZooKeeper client sets no ACLs on the znodes it "
+                          "writes, so whoever reaches ZooKeeper can change them"),
+    "zookeeper.ssl.client.enable": (False, "Odradek's ZooKeeper client connects without "
+                                    "TLS"),
+    "remote.log.storage.system.enable": (False, "Odradek has no tiered storage: no segment "
+                                         "is ever copied to remote storage"),
+    "zookeeper.metadata.migration.enable": (False, _KRAFT),
+    "process.roles": ("", _KRAFT),
+    "controller.quorum.voters": ("", _KRAFT),
+    "controller.quorum.bootstrap.servers": ("", _KRAFT),
+    "controller.listener.names": ("", _KRAFT),
+    "metadata.log.dir": ("", _KRAFT),
+}
+
+# Kafka's types as Odradek parses them; a list is kept as Kafka writes it, in order.
+_PARSED_AS = {
+    KafkaType.SHORT: ConfigType.INT, KafkaType.LIST: ConfigType.STRING,
+    KafkaType.CLASS: ConfigType.STRING, KafkaType.PASSWORD: ConfigType.STRING,
+}
+
+
+def _kafka_key(config: KafkaBrokerConfig) -> BrokerKey:
+    """A Kafka 3.9 setting Odradek accepts and ignores, with Kafka 3.9's type and default."""
+    title, reason = _AREAS[config.area]
+    validator = config.validator
+    if config.type is KafkaType.SHORT:
+        low = getattr(validator, "low", None)
+        high = getattr(validator, "high", None)
+        validator = Range(SHORT_MIN if low is None else low, SHORT_MAX if high is None else high)
+    refused = _REFUSED.get(config.name)
+    return BrokerKey(
+        config.name,
+        _PARSED_AS[config.type] if config.type in _PARSED_AS else ConfigType(int(config.type)),
+        config.default,
+        f"{reason}.",
+        validator,
+        group=f"{title} (accepted, no effect)",
+        dynamic=config.dynamic,
+        no_effect=reason if refused is None else "",
+        sensitive=config.type is KafkaType.PASSWORD,
+        wire_type=int(config.type) if config.type in _PARSED_AS else None,
+        per_broker=config.update_mode is UpdateMode.PER_BROKER,
+        listed=not config.internal,
+        refused=refused,
+    )
+
+
+def _kafka_keys(known: Iterable[str]) -> list[BrokerKey]:
+    """The Kafka 3.9 settings that are not in `known`, by area, then by name."""
+    known = set(known)
+    order = list(_AREAS)
+    configs = [c for c in KAFKA_39_BROKER_CONFIGS.values() if c.name not in known]
+    return [_kafka_key(c) for c in sorted(configs, key=lambda c: (order.index(c.area), c.name))]
 
 
 def _build_table() -> Mapping[str, BrokerKey]:
@@ -438,10 +611,14 @@ def _build_table() -> Mapping[str, BrokerKey]:
     order = [k for k in _HAND_KEYS if k.group in ("Server", "Network")]
     order += derived
     order += [k for k in _HAND_KEYS if k.group not in ("Server", "Network")]
+    order += _kafka_keys(k.name for k in order)  # Kafka 3.9's others: accepted, no effect
     for key in order:
         if key.name in table:  # e.g. message.max.bytes typed by hand: it is TOPIC_CONFIGS'
             raise RuntimeError(f"broker config {key.name} is defined twice")
         table[key.name] = key
+    for name in _REFUSED:
+        if table[name].refused is None:
+            raise RuntimeError(f"{name} is refused, but Odradek defines it")
     for key in table.values():
         for name in key.fallbacks:
             lower = table[name]
@@ -453,26 +630,19 @@ def _build_table() -> Mapping[str, BrokerKey]:
 BROKER_CONFIGS: Mapping[str, BrokerKey] = _build_table()
 """Every broker setting by Kafka name, in the order docs/configuration.md lists them."""
 
-KRAFT_ONLY_CONFIGS = frozenset({
-    "process.roles",
-    "controller.quorum.voters",
-    "controller.quorum.bootstrap.servers",
-    "controller.listener.names",
-    "metadata.log.dir",
-})
-"""Settings of Kafka's KRaft mode, which Odradek refuses rather than ignores."""
+KRAFT_ONLY_CONFIGS = frozenset(name for name, (_, why) in _REFUSED.items() if why == _KRAFT)
+"""Settings of Kafka's KRaft mode, which Odradek refuses (unless empty or false) rather than
+ignores: they would switch Kafka to KRaft, or migrate it there."""
 
 
 def _check_name(name: str) -> BrokerKey:
+    """The setting of a Kafka name, or of a listener.name.<listener>.<config> name; raises
+    InvalidConfigError, with a hint, for any other name."""
     key = BROKER_CONFIGS.get(name)
     if key is not None:
         return key
-    if name in KRAFT_ONLY_CONFIGS:
-        raise InvalidConfigError(
-            f"{name} is a KRaft setting: Odradek has no KRaft mode; it keeps cluster metadata "
-            "in its embedded single-node store, or in ZooKeeper when zookeeper.connect is set",
-            key=name,
-        )
+    if name.startswith(LISTENER_PREFIX):
+        return _listener_key(name)
     if name in TOPIC_CONFIGS and TOPIC_CONFIGS[name].synonyms:
         hint = f"; the broker's default for it is {TOPIC_CONFIGS[name].synonyms[0].name}"
     elif name in TOPIC_CONFIGS:
@@ -482,6 +652,54 @@ def _check_name(name: str) -> BrokerKey:
         close = difflib.get_close_matches(name, BROKER_CONFIGS, n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
     raise InvalidConfigError(f"{name} is not a broker config{hint}", key=name)
+
+
+def _listener_key(name: str) -> BrokerKey:
+    """listener.name.<listener>.[<mechanism>.]<config>: Kafka's per-listener TLS, SASL and
+    connection configs, which override the base config for that listener. Like their base
+    they have no effect here (no listener serves TLS or SASL); they are dynamic, per broker
+    (but for the connection limits), and listed by DescribeConfigs only when set."""
+    listener, _, base = name[len(LISTENER_PREFIX):].partition(".")
+    mechanism = next((c for c in LISTENER_MECHANISM_CONFIGS if base.endswith("." + c)), None)
+    key = BROKER_CONFIGS.get(mechanism or base)
+    kafka = KAFKA_39_BROKER_CONFIGS.get(mechanism or base)
+    if not listener or key is None or kafka is None or not (
+            kafka.name in LISTENER_CONFIGS or kafka.area in LISTENER_CONFIG_AREAS):
+        raise InvalidConfigError(
+            f"{name} is not a broker config: after listener.name.<listener>. Kafka takes "
+            "a TLS or SASL config (ssl.keystore.location, <mechanism>.sasl.jaas.config, ...), "
+            "principal.builder.class, max.connections or max.connection.creation.rate",
+            key=name)
+    return replace(key, name=name, dynamic=True, fallbacks=(), listed=False,
+                   per_broker=key.name not in CLUSTER_LEVEL_LISTENER_CONFIGS)
+
+
+def broker_key(name: str) -> BrokerKey:
+    """The setting a name (a Kafka name, or listener.name.<listener>.<config>) stands for.
+    Raises InvalidConfigError, with a hint, for an unknown name."""
+    return _check_name(name)
+
+
+def _refuse(names: Iterable[str], message: str) -> None:
+    refused = sorted(names)
+    if refused:
+        raise InvalidConfigError(f"{message}: {{" + ", ".join(refused) + "}", key=refused[0])
+
+
+def ignored_settings(settings: Mapping[str, str | None]) -> list[str]:
+    """A warning for each of `settings` (valid, explicitly given: server.properties or a
+    dynamic update) that is accepted and has no effect, saying why; a removal (None) has
+    none. A sensitive value is not shown."""
+    warnings = []
+    for name, raw in settings.items():
+        if raw is None:
+            continue
+        key = _check_name(name)
+        reason = key.ignored(key.coerce(raw))
+        if reason:
+            shown = "(sensitive)" if key.sensitive else raw
+            warnings.append(f"{name}={shown} is accepted and has no effect: {reason}")
+    return warnings
 
 
 # ---- properties files ----------------------------------------------------------------------
@@ -728,10 +946,14 @@ class BrokerConfig:
     def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
         """The broker's configuration from its static properties (server.properties).
 
-        Raises InvalidConfigError naming the setting for an unknown key, a KRaft setting, an
-        invalid value or settings that contradict each other.
+        Raises InvalidConfigError naming the setting for an unknown key, a KRaft setting, a
+        refused value (a security or durability Odradek lacks), an invalid value or settings
+        that contradict each other. Logs a warning for each setting accepted with no effect.
         """
-        return cls._build(props, {}, {})
+        config = cls._build(props, {}, {})
+        for warning in ignored_settings(props):
+            log.warning("%s", warning)
+        return config
 
     @classmethod
     def default(cls) -> BrokerConfig:
@@ -746,14 +968,24 @@ class BrokerConfig:
         Raises InvalidConfigError for a setting that cannot be updated dynamically or an
         invalid value; this configuration is unchanged.
         """
-        for name in updates:
-            _check_name(name)
-        static = sorted(name for name in updates if not BROKER_CONFIGS[name].dynamic)
-        if static:
-            raise InvalidConfigError(
-                "Cannot update these configs dynamically: {" + ", ".join(static) + "}",
-                key=static[0],
-            )
+        keys = {name: _check_name(name) for name in updates}
+        # Kafka's checks (DynamicBrokerConfig.validateConfigs), in its order.
+        _refuse([n for n, k in keys.items() if not k.dynamic],
+                "Cannot update these configs dynamically")
+        _refuse([n for n in keys if n in LISTENER_ONLY_DYNAMIC_CONFIGS],
+                "These security configs can be dynamically updated only per-listener using "
+                "the listener prefix")
+        if cluster_default:
+            _refuse([n for n, k in keys.items() if k.per_broker],
+                    "Cannot update these configs at default cluster level, broker id must be "
+                    "specified")
+        # Kafka (ZooKeeper mode) stores dynamic passwords encrypted with
+        # password.encoder.secret, and refuses them without it; Odradek does not encrypt.
+        _refuse([n for n, k in keys.items()
+                 if k.config_type == PASSWORD_CONFIG_TYPE and updates[n] is not None],
+                "Passwords cannot be updated dynamically: Odradek does not encrypt its "
+                "metadata store (Kafka's password.encoder.secret), so it takes them from "
+                "server.properties only")
         layer = dict(self.dynamic_defaults if cluster_default else self.dynamic)
         for name, value in updates.items():
             if value is None:
@@ -784,14 +1016,26 @@ class BrokerConfig:
         another unit is converted (log.retention.ms shows log.retention.hours in ms).
         Where Kafka lists no synonyms for a setting that is unset itself, this lists those
         it falls back to.
+
+        As Kafka does, Kafka's internal settings and the dynamic-only broker quotas are
+        listed only when set, and so are listener.name.<listener>.<config> settings (after
+        the table's, with the base config as their synonym).
         """
         wanted = None if keys is None else set(keys)
+        given = {**self.properties, **self.dynamic_defaults, **self.dynamic}
+        extra = [_check_name(name) for name in self.extra_settings()]
         entries = []
-        for key in BROKER_CONFIGS.values():
+        for key in [*BROKER_CONFIGS.values(), *extra]:
             if wanted is not None and key.name not in wanted:
                 continue
-            synonyms = self._synonyms[key.name]
-            value = self._values[key.name]
+            if not key.listed and key.name not in given:
+                continue
+            if key.name in BROKER_CONFIGS:
+                synonyms = self._synonyms[key.name]
+                value = self._values[key.name]
+            else:
+                synonyms = self._listener_synonyms(key)
+                value = key.coerce(given[key.name])
             if cluster_default:
                 if key.name not in self.dynamic_defaults:
                     continue
@@ -812,6 +1056,23 @@ class BrokerConfig:
                 )
             )
         return entries
+
+    def extra_settings(self) -> list[str]:
+        """The listener.name.<listener>.<config> settings given, in any layer."""
+        names = {**self.properties, **self.dynamic_defaults, **self.dynamic}
+        return [name for name in names if name not in BROKER_CONFIGS]
+
+    def _listener_synonyms(self, key: BrokerKey) -> tuple[ConfigSynonym, ...]:
+        """A listener setting in each layer that gives it, then its base config's synonyms
+        (Kafka's DynamicBrokerConfig.brokerConfigSynonyms)."""
+        layers = ((ConfigSource.DYNAMIC_BROKER_CONFIG, self.dynamic),
+                  (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, self.dynamic_defaults),
+                  (ConfigSource.STATIC_BROKER_CONFIG, self.properties))
+        own = [ConfigSynonym(key.name, None if key.sensitive else str(layer[key.name]), source)
+               for source, layer in layers if key.name in layer]
+        base = key.name[len(LISTENER_PREFIX):].partition(".")[2]
+        base = next((c for c in LISTENER_MECHANISM_CONFIGS if base.endswith("." + c)), base)
+        return (*own, *self._synonyms[base])
 
     # ---- building ---------------------------------------------------------------------
 
@@ -845,6 +1106,10 @@ class BrokerConfig:
                 "they are two names of one setting, so give one, or both equal",
                 key="broker.id",
             )
+        if "inter.broker.listener.name" in static and "security.inter.broker.protocol" in static:
+            raise InvalidConfigError(  # Kafka's words (KafkaConfig)
+                "Only one of inter.broker.listener.name and security.inter.broker.protocol "
+                "should be set.", key="security.inter.broker.protocol")
         _check_pair(values, "group.min.session.timeout.ms", "group.max.session.timeout.ms")
         _check_pair(values, "replica.fetch.wait.max.ms", "replica.lag.time.max.ms")
         _check_pair(values, "replica.fetch.wait.max.ms", "replica.socket.timeout.ms")
@@ -922,7 +1187,8 @@ def _log_config(merged: Mapping[str, str]) -> LogConfig:
     """The topic defaults; a rule spanning two settings is reported by its broker name."""
     try:
         return LogConfig.from_broker_properties(
-            {name: raw for name, raw in merged.items() if BROKER_CONFIGS[name].topic}
+            {name: raw for name, raw in merged.items()
+             if name in BROKER_CONFIGS and BROKER_CONFIGS[name].topic}
         )
     except InvalidConfigError as e:
         topic = TOPIC_CONFIGS.get(e.key)
@@ -1023,28 +1289,61 @@ def _log_manager_config(values: Mapping[str, Any], log_dirs: tuple[Path, ...],
 
 
 def _documentation(key: BrokerKey) -> str:
-    return key.doc + (" Accepted, no effect." if key.no_effect else "")
+    said = "no effect" in key.doc.lower()  # a topic config's doc may say so already
+    return key.doc + (" Accepted, no effect." if key.no_effect and not said else "")
 
 
 def _type_name(key: BrokerKey) -> str:
-    return "short" if key.wire_type == SHORT_CONFIG_TYPE else key.type.name.lower()
+    if key.wire_type is not None:
+        return KafkaType(key.wire_type).name.lower()
+    return key.type.name.lower()
+
+
+def _shown(value: str) -> str:
+    return f"`{value}`" if value else "empty"
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
 def configuration_table() -> str:
-    """The Markdown tables of docs/configuration.md, one per group, from BROKER_CONFIGS."""
+    """The Markdown tables of docs/configuration.md, one per group, from BROKER_CONFIGS:
+    Odradek's settings with their meaning; then Kafka 3.9's other settings, per part of
+    Kafka, with why they have no effect and Kafka 3.9's defaults; then those refused."""
+    notes = {f"{title} (accepted, no effect)": reason for title, reason in _AREAS.values()}
     out: list[str] = []
     group = None
     for key in BROKER_CONFIGS.values():
+        kafka_only = key.group in notes
         if key.group != group:
             group = key.group
-            out += ["", f"### {group}", "", "| Name | Type | Default | Dynamic | Meaning |",
-                    "|---|---|---|---|---|"]
-        default = "(none)" if key.default is None else f"`{key.format(key.default)}`"
+            out += ["", f"### {group}", ""]
+            if kafka_only:
+                out += [notes[group] + ".", "", "| Name | Type | Kafka 3.9 default | Dynamic |",
+                        "|---|---|---|---|"]
+            else:
+                out += ["| Name | Type | Default | Dynamic | Meaning |", "|---|---|---|---|---|"]
+        default = "(none)" if key.default is None else key.format(key.default) or '""'
+        default = default if key.default is None else f"`{default}`"
+        dynamic = "no" if not key.dynamic else "per broker" if key.per_broker else "yes"
+        if kafka_only:
+            refused = ""
+            if key.refused is not None:
+                refused = f" (refused unless {_shown(key.format(key.refused[0]))})"
+            out.append(_row([f"`{key.name}`{refused}", _type_name(key), default, dynamic]))
+            continue
         meaning = key.doc + (" **Accepted, no effect.**" if key.no_effect else "")
         meaning = meaning.replace("__", "\\_\\_")  # __consumer_offsets is not bold
-        row = [f"`{key.name}`", _type_name(key), default, "yes" if key.dynamic else "no",
-               meaning]
-        out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
+        out.append(_row([f"`{key.name}`", _type_name(key), default, dynamic, meaning]))
+    out += ["", "### Refused", "",
+            "Accepting another value of these would pretend to a security, a durability or a "
+            "mode Odradek lacks; the broker refuses it at start-up (and AlterConfigs refuses "
+            "it) with this reason.", "", "| Name | Only | Why |", "|---|---|---|"]
+    for key in BROKER_CONFIGS.values():
+        if key.refused is not None:
+            out.append(_row([f"`{key.name}`", _shown(key.format(key.refused[0])),
+                             key.refused[1] + "."]))
     return "\n".join(out[1:]) + "\n"
 
 

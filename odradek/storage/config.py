@@ -9,9 +9,14 @@ only the topic itself can change it. `LogConfig`'s fields, its parsing from prop
 properties (DescribeConfigs) are all driven by that table; an import-time check keeps the
 dataclass fields and the table in step.
 
-Some configs are accepted for compatibility with Kafka's tools and have no effect here (their
-documentation says so): the codec levels, replication throttling, tiered storage and
-down-conversion. remote.storage.enable=true is refused: there is no tiered storage to enable.
+The table holds every topic config Kafka 3.9 accepts (odradek/server/kafka_configs.py lists
+them), deprecated ones included. Some are accepted for compatibility with Kafka's tools and
+have no effect here (`ConfigKey.no_effect` says why, and the broker logs it as a warning when
+one is set): the codec levels, replication throttling, tiered storage, down-conversion and
+message.format.version (Kafka 3.x ignores it too, and writes record batches v2).
+remote.storage.enable=true is refused: there is no tiered storage to enable.
+message.timestamp.difference.max.ms, deprecated, works as in Kafka 3.9: it applies to the side
+(before or after the broker's clock) whose own limit is left at its default.
 
 Defaults and limits are Kafka 4.0's, with two deliberate departures: segment.bytes must be
 >= 61 (one record batch header) where Kafka 4.0 asks for 1 MiB, so that tests can roll tiny
@@ -24,6 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
+from decimal import Decimal
 from enum import IntEnum
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -157,6 +163,71 @@ class Only:
         return self.text
 
 
+# Kafka 3.9's MetadataVersion ids, oldest first (server-common/.../MetadataVersion.java): the
+# values inter.broker.protocol.version and (log.)message.format.version take. Versions after
+# LATEST_PRODUCTION are taken only by their full id, not by their release ("4.0").
+METADATA_VERSIONS = (
+    "0.8.0", "0.8.1", "0.8.2", "0.9.0", "0.10.0-IV0", "0.10.0-IV1", "0.10.1-IV0", "0.10.1-IV1",
+    "0.10.1-IV2", "0.10.2-IV0", "0.11.0-IV0", "0.11.0-IV1", "0.11.0-IV2", "1.0-IV0", "1.1-IV0",
+    "2.0-IV0", "2.0-IV1", "2.1-IV0", "2.1-IV1", "2.1-IV2", "2.2-IV0", "2.2-IV1", "2.3-IV0",
+    "2.3-IV1", "2.4-IV0", "2.4-IV1", "2.5-IV0", "2.6-IV0", "2.7-IV0", "2.7-IV1", "2.7-IV2",
+    "2.8-IV0", "2.8-IV1", "3.0-IV0", "3.0-IV1", "3.1-IV0", "3.2-IV0", "3.3-IV0", "3.3-IV1",
+    "3.3-IV2", "3.3-IV3", "3.4-IV0", "3.5-IV0", "3.5-IV1", "3.5-IV2", "3.6-IV0", "3.6-IV1",
+    "3.6-IV2", "3.7-IV0", "3.7-IV1", "3.7-IV2", "3.7-IV3", "3.7-IV4", "3.8-IV0", "3.9-IV0",
+    "4.0-IV0", "4.0-IV1",
+)
+LATEST_PRODUCTION_VERSION = "3.9-IV0"
+
+
+def _version_ids() -> dict[str, int]:
+    """Every string MetadataVersion.fromVersionString maps -> the index of its version: each
+    id, and each release ("0.10.0", "2.8") -> its latest production id."""
+    ids = {version: i for i, version in enumerate(METADATA_VERSIONS)}
+    latest = METADATA_VERSIONS.index(LATEST_PRODUCTION_VERSION)
+    for i, version in enumerate(METADATA_VERSIONS[: latest + 1]):
+        ids[version.split("-")[0]] = i
+    return ids
+
+
+_VERSION_IDS = _version_ids()
+
+
+def kafka_version_index(text: str) -> int | None:
+    """The index in METADATA_VERSIONS of a version string as Kafka 3.9 parses it ("0.10.0",
+    "0.10.0.1", "0.10.0-IV1", "2.8", "2.8.1", "3.9-IV0"), or None if Kafka refuses it: it
+    keeps the first three dot-separated parts of a 0.x version and two of the others."""
+    parts = text.split(".")
+    while parts and not parts[-1]:  # Java's String.split drops trailing empty strings
+        parts.pop()
+    keep = 3 if text.startswith("0.") else 2
+    key = text if keep >= len(parts) else ".".join(parts[:keep])
+    return _VERSION_IDS.get(key)
+
+
+def record_format_version(text: str) -> int:
+    """The record format (magic) a message.format.version writes: 0 before 0.10.0, 1 before
+    0.11.0, else 2 (MetadataVersion.highestSupportedRecordVersion)."""
+    index = kafka_version_index(text)
+    if index is None:
+        raise ValueError(f"Version {text} is not a valid version")
+    if index < METADATA_VERSIONS.index("0.10.0-IV0"):
+        return 0
+    return 1 if index < METADATA_VERSIONS.index("0.11.0-IV0") else 2
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaVersion:
+    """A Kafka version as inter.broker.protocol.version takes it (Kafka's
+    MetadataVersionValidator)."""
+
+    def __call__(self, value: Any) -> bool:
+        return isinstance(value, str) and kafka_version_index(value) is not None
+
+    def __str__(self) -> str:
+        return ("must be a Kafka version: a release such as 0.10.0, 2.8 or 3.9, or one of "
+                "Kafka 3.9's MetadataVersion ids (" + ", ".join(METADATA_VERSIONS) + ")")
+
+
 @dataclass(frozen=True, slots=True)
 class Synonym:
     """A broker setting that supplies a topic config's default; `scale` converts its unit."""
@@ -175,6 +246,7 @@ class ConfigKey:
     doc: str
     validator: Validator | None = None
     synonyms: tuple[Synonym, ...] = ()  # broker settings, highest precedence first; may be none
+    no_effect: str = ""  # why it is accepted and has no effect here ("": it has its effect)
 
     @property
     def attr(self) -> str:
@@ -204,6 +276,17 @@ class ConfigKey:
     def format(self, value: Any) -> str:
         """The value as Kafka lists it (DescribeConfigs, kafka-configs.sh)."""
         return format_value(self.type, value)
+
+    def ignored(self, value: Any) -> str | None:
+        """Why setting this config to `value` has no effect here, for a warning; None when it
+        has its effect, or when ignoring it changes nothing: message.format.version 0.11 or
+        later asks for record batches v2, which is what is written (Kafka 3.9 warns only
+        about older ones)."""
+        if not self.no_effect:
+            return None
+        if self.name == "message.format.version" and record_format_version(str(value)) == 2:
+            return None
+        return self.no_effect
 
 
 def _invalid(key: str, raw: Any, reason: str) -> InvalidConfigError:
@@ -271,14 +354,34 @@ def format_value(ctype: ConfigType, value: Any) -> str:
     if ctype is ConfigType.BOOLEAN:
         return "true" if value else "false"
     if ctype is ConfigType.DOUBLE:
-        return repr(float(value))  # 0.5 -> "0.5", 1 -> "1.0", like Java's Double.toString
+        return java_double(float(value))
     if ctype is ConfigType.LIST:
         return ",".join(sorted(value))
     return str(value)
 
 
+def java_double(value: float) -> str:
+    """A double as Java's Double.toString writes it: 0.5 -> "0.5", 1 -> "1.0", and outside
+    [0.001, 10^7) in scientific notation: 1.7976931348623157E308, 1.0E-4."""
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        return repr(value)  # Python writes these as Java does
+    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    text = "".join(map(str, digits))
+    power = len(text) - 1 + int(exponent)
+    mantissa = text[0] + "." + (text[1:] or "0")
+    return ("-" if sign else "") + f"{mantissa}E{power}"
+
+
 _T = ConfigType
 _H = MS_PER_HOUR
+
+
+_NOT_COMPRESSING = "Odradek stores batches as the producer compressed them"
+_NO_TIERED_STORAGE = "Odradek has no tiered storage"
 
 
 def _synonyms(*names: str | tuple[str, int]) -> tuple[Synonym, ...]:
@@ -452,6 +555,17 @@ _KEYS_IN_ORDER = (
         _synonyms("log.message.timestamp.after.max.ms"),
     ),
     ConfigKey(
+        "message.timestamp.difference.max.ms",
+        _T.LONG,
+        LONG_MAX,
+        "Deprecated (KIP-937; removed in Kafka 4.0): with CreateTime, refuse batches stamped "
+        "more than this before or after the broker's clock. As in Kafka 3.9, it applies to "
+        "message.timestamp.before.max.ms and message.timestamp.after.max.ms where they are "
+        "left at their defaults (set at the same level or inherited).",
+        Range(0),
+        _synonyms("log.message.timestamp.difference.max.ms"),
+    ),
+    ConfigKey(
         "preallocate",
         _T.BOOLEAN,
         False,
@@ -493,6 +607,7 @@ _KEYS_IN_ORDER = (
         "stores batches as the producer compressed them.",
         RangeOr(Range(1, 9), GZIP_DEFAULT_LEVEL, "the codec's default"),
         _synonyms("compression.gzip.level"),
+        _NOT_COMPRESSING,
     ),
     ConfigKey(
         "compression.lz4.level",
@@ -502,6 +617,7 @@ _KEYS_IN_ORDER = (
         "stores batches as the producer compressed them.",
         Range(1, 17),
         _synonyms("compression.lz4.level"),
+        _NOT_COMPRESSING,
     ),
     ConfigKey(
         "compression.zstd.level",
@@ -511,16 +627,31 @@ _KEYS_IN_ORDER = (
         "stores batches as the producer compressed them.",
         Range(ZSTD_MIN_LEVEL, 22),
         _synonyms("compression.zstd.level"),
+        _NOT_COMPRESSING,
     ),
     ConfigKey(
         "message.downconversion.enable",
         _T.BOOLEAN,
         True,
-        "Whether the broker down-converts records for consumers that expect an older message "
-        "format. Deprecated, and a no-op since Kafka 4.0 (KAFKA-18269), which cannot "
-        "down-convert: accepted, no effect.",
+        "Whether the broker down-converts records for consumers that fetch with Fetch v0-v3 "
+        "(magic 0 and 1 message sets); false answers them UNSUPPORTED_VERSION, as Kafka 3.9 "
+        "does.",
         None,
         _synonyms("log.message.downconversion.enable"),
+    ),
+    # Deprecated in Kafka 3.0 (KIP-724), removed in 4.0: the message format is always v2.
+    ConfigKey(
+        "message.format.version",
+        _T.STRING,
+        "3.0-IV1",
+        "Deprecated: the message format version the broker writes. Kafka 3.x ignores it "
+        "(from inter.broker.protocol.version 3.0, its default) and writes record batches v2; "
+        "so does Odradek, always: accepted, no effect. The default is Kafka 3.9's; Kafka 4.0 "
+        "removed the setting.",
+        KafkaVersion(),
+        _synonyms("log.message.format.version"),
+        "Odradek always writes record batches v2 (message format 2), as Kafka 3.x does from "
+        "inter.broker.protocol.version 3.0; deprecated, and removed in Kafka 4.0",
     ),
     # Replication quotas (KIP-73), set by kafka-reassign-partitions.sh during a reassignment.
     # No broker setting supplies their default. Odradek does not throttle replication yet.
@@ -532,6 +663,7 @@ _KEYS_IN_ORDER = (
         "partitionId:brokerId pairs, or * for all of the topic's. Accepted, no effect: "
         "Odradek does not throttle replication yet (it comes with the cluster work).",
         ReplicaList(),
+        no_effect="Odradek does not throttle replication yet",
     ),
     ConfigKey(
         "follower.replication.throttled.replicas",
@@ -541,6 +673,7 @@ _KEYS_IN_ORDER = (
         "partitionId:brokerId pairs, or * for all of the topic's. Accepted, no effect: "
         "Odradek does not throttle replication yet (it comes with the cluster work).",
         ReplicaList(),
+        no_effect="Odradek does not throttle replication yet",
     ),
     # Tiered storage (KIP-405). Odradek has no remote storage: remote.storage.enable=true is
     # refused (as Kafka refuses it when the broker has no remote log storage system enabled),
@@ -554,6 +687,7 @@ _KEYS_IN_ORDER = (
         "tiered storage: false is accepted, with no effect, and true is refused.",
         Only(False, "tiered storage is not supported (Odradek has no remote log storage), "
              "so it must be false"),
+        no_effect=_NO_TIERED_STORAGE,
     ),
     ConfigKey(
         "local.retention.ms",
@@ -563,6 +697,7 @@ _KEYS_IN_ORDER = (
         "remote storage; -2: retention.ms. Odradek has no tiered storage: no effect.",
         Range(LOCAL_RETENTION_FROM_TOPIC),
         _synonyms("log.local.retention.ms"),
+        _NO_TIERED_STORAGE,
     ),
     ConfigKey(
         "local.retention.bytes",
@@ -573,6 +708,7 @@ _KEYS_IN_ORDER = (
         "effect.",
         Range(LOCAL_RETENTION_FROM_TOPIC),
         _synonyms("log.local.retention.bytes"),
+        _NO_TIERED_STORAGE,
     ),
     ConfigKey(
         "remote.log.copy.disable",
@@ -581,6 +717,7 @@ _KEYS_IN_ORDER = (
         "With tiered storage, stop copying the topic's segments to remote storage and keep "
         "what is there read-only; expiry then follows retention.ms and retention.bytes. "
         "Odradek has no tiered storage: accepted, no effect.",
+        no_effect=_NO_TIERED_STORAGE,
     ),
     ConfigKey(
         "remote.log.delete.on.disable",
@@ -588,6 +725,7 @@ _KEYS_IN_ORDER = (
         False,
         "With tiered storage, delete the topic's remote data when remote.storage.enable is "
         "turned from true to false. Odradek has no tiered storage: accepted, no effect.",
+        no_effect=_NO_TIERED_STORAGE,
     ),
 )
 
@@ -632,6 +770,7 @@ class LogConfig:
     message_timestamp_type: str = _default("message.timestamp.type")
     message_timestamp_before_max_ms: int = _default("message.timestamp.before.max.ms")
     message_timestamp_after_max_ms: int = _default("message.timestamp.after.max.ms")
+    message_timestamp_difference_max_ms: int = _default("message.timestamp.difference.max.ms")
     preallocate: bool = _default("preallocate")
     unclean_leader_election_enable: bool = _default("unclean.leader.election.enable")
     min_insync_replicas: int = _default("min.insync.replicas")
@@ -640,6 +779,7 @@ class LogConfig:
     compression_lz4_level: int = _default("compression.lz4.level")
     compression_zstd_level: int = _default("compression.zstd.level")
     message_downconversion_enable: bool = _default("message.downconversion.enable")
+    message_format_version: str = _default("message.format.version")
     leader_replication_throttled_replicas: frozenset[str] = _default(
         "leader.replication.throttled.replicas"
     )
@@ -690,7 +830,10 @@ class LogConfig:
             if key is None:
                 raise InvalidConfigError(f"{name} is not a topic config", key=name)
             changes[key.attr] = key.coerce(raw)
-        return replace(defaults if defaults is not None else cls(), **changes)
+        base = defaults if defaults is not None else cls()
+        if _DIFFERENCE in props:
+            _difference_fallback(changes, changes[_DIFFERENCE_ATTR], base)
+        return replace(base, **changes)
 
     def with_overrides(self, props: Mapping[str, str | int | float | bool]) -> LogConfig:
         """This config (a broker's defaults) with a topic's overrides applied."""
@@ -710,11 +853,37 @@ class LogConfig:
             synonym = next((s for s in key.synonyms if s.name in props), None)
             if synonym is not None:
                 values[key.attr] = _from_synonym(key, synonym, props[synonym.name])
+        if _DIFFERENCE_ATTR in values:
+            _difference_fallback(values, values[_DIFFERENCE_ATTR], None)
         return cls(**values)
 
     def to_properties(self) -> dict[str, str]:
         """Every setting by Kafka name as a string, as DescribeConfigs lists them."""
         return {key.name: key.format(getattr(self, key.attr)) for key in TOPIC_CONFIGS.values()}
+
+
+_DIFFERENCE = "message.timestamp.difference.max.ms"
+_DIFFERENCE_ATTR = TOPIC_CONFIGS[_DIFFERENCE].attr
+_DIFFERENCE_SIDES = ("message.timestamp.before.max.ms", "message.timestamp.after.max.ms")
+
+
+def _difference_fallback(values: dict[str, Any], difference: int, base: LogConfig | None) -> None:
+    """Kafka 3.9's rule for the deprecated message.timestamp.difference.max.ms, set in
+    `values` (on top of `base`): each of message.timestamp.before.max.ms and .after.max.ms
+    left at its default takes the difference instead (LogConfig.getMessageTimestamp*MaxMs).
+    A side at its default is one given here with its default value, or not given here and
+    inherited either at its default or from the difference `base` set."""
+    for name in _DIFFERENCE_SIDES:
+        key = TOPIC_CONFIGS[name]
+        if key.attr in values:
+            at_default = values[key.attr] == key.default
+        else:
+            inherited = key.default if base is None else getattr(base, key.attr)
+            at_default = inherited == key.default or (
+                base is not None and base.message_timestamp_difference_max_ms != LONG_MAX
+                and inherited == base.message_timestamp_difference_max_ms)
+        if at_default:
+            values[key.attr] = key.default if difference == LONG_MAX else difference
 
 
 def _from_synonym(key: ConfigKey, synonym: Synonym, raw: Any) -> Any:

@@ -34,14 +34,27 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from support.broker import BrokerProcess
 from support.wait import wait_until
-from test_wire import Wire
+from test_wire import Wire, fetch_request
 
 from odradek.cluster.zookeeper_server import ZooKeeperServer
+from odradek.protocol.compression import GZIP, ZSTD
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.legacy_records import build_message_set, iter_legacy_records
+from odradek.protocol.messages.describe_configs_request import (
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+)
 from odradek.protocol.messages.list_offsets_request import (
     ListOffsetsPartition,
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
+from odradek.protocol.messages.produce_request import (
+    PartitionProduceData,
+    ProduceRequest,
+    TopicProduceData,
+)
+from odradek.protocol.records import build_record_batch
 
 # kafka-python's pinned versions, the message format each writes and reads.
 KAFKA_PYTHON_VERSIONS = {(0, 9): 0, (0, 10, 1): 1}
@@ -229,6 +242,86 @@ def test_kcat_balanced_consumer(broker: BrokerProcess) -> None:
     assert sum(committed(broker, group, topic)) == 20
 
 
+# ---- Produce v0-v2 and Fetch v0-v3 on the wire -------------------------------------------
+
+
+def produce(wire: Wire, topic: str, records: bytes, version: int) -> Any:
+    response: Any = wire.call(ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[
+        TopicProduceData(name=topic, partition_data=[
+            PartitionProduceData(index=0, records=records)])]), version)
+    return response.responses[0].partition_responses[0]
+
+
+def fetch(wire: Wire, topic: str, offset: int, version: int) -> Any:
+    response: Any = wire.call(fetch_request(topic, offset, max_wait_ms=0, min_bytes=0), version)
+    return response.responses[0].partitions[0]
+
+
+def test_legacy_sets_are_stored_as_v2_and_served_in_each_format(broker: BrokerProcess) -> None:
+    topic = create_topic(broker, partitions=1)
+    wire = Wire(broker.port)
+    magic1 = build_message_set([(i, 1_700_000_000_000 + i, b"k%d" % i, b"v%d" % i)
+                                for i in range(5)], 1, compression=GZIP)
+    assert (produce(wire, topic, magic1, 2).error_code, produce(
+        wire, topic, build_message_set([(0, -1, None, b"m0")], 0), 0).error_code) == (0, 0)
+    # A current client's batch, with a header, read by the old versions without it.
+    batch = build_record_batch([(b"k6", b"v6", (("h", b"x"),), 1_700_000_000_006)])
+    assert produce(wire, topic, batch, 9).error_code == 0
+
+    expected = [(i, b"k%d" % i, b"v%d" % i) for i in range(5)] + [(5, None, b"m0"),
+                                                                  (6, b"k6", b"v6")]
+    for version, magic in ((0, 0), (1, 0), (2, 1), (3, 1)):
+        got: list[Any] = []
+        offset = 2  # from the middle of the gzip batch
+        while offset < 7:  # a fetch reads one segment (timestamps far apart roll them)
+            p = fetch(wire, topic, offset, version)
+            assert (p.error_code, p.high_watermark) == (0, 7)
+            got += iter_legacy_records(bytes(p.records))
+            offset = got[-1].offset + 1
+        assert {r.magic for r in got} == {magic}
+        assert [(r.offset, r.key, r.value) for r in got] == expected[2:]
+        if magic == 1:
+            assert [r.timestamp for r in got] == [
+                1_700_000_000_002, 1_700_000_000_003, 1_700_000_000_004, -1,
+                1_700_000_000_006]
+    wire.close()
+
+
+def test_corrupt_legacy_sets_are_refused_and_nothing_is_written(broker: BrokerProcess) -> None:
+    topic = create_topic(broker, partitions=1)
+    wire = Wire(broker.port)
+    good = bytearray(build_message_set([(0, 5, b"k", b"v"), (1, 6, b"k", b"w")], 1))
+    bad_crc = bytes(good[:-1]) + bytes([good[-1] ^ 1])
+    p = produce(wire, topic, bad_crc, 2)
+    assert p.error_code == ErrorCode.CORRUPT_MESSAGE
+    assert produce(wire, topic, bytes(good[:-3]), 1).error_code == ErrorCode.CORRUPT_MESSAGE
+    zstd_wrapper = build_message_set([(0, 5, b"k", b"v")], 1)
+    zstd_wrapper = zstd_wrapper[:17] + bytes([zstd_wrapper[17] | ZSTD]) + zstd_wrapper[18:]
+    assert produce(wire, topic, zstd_wrapper, 2).error_code in (
+        ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD)
+    assert fetch(wire, topic, 0, 4).high_watermark == 0  # nothing of them was written
+    assert produce(wire, topic, bytes(good), 2).error_code == 0
+    wire.close()
+
+
+def test_what_old_fetches_cannot_read(broker: BrokerProcess) -> None:
+    """zstd batches (Fetch before v10: UNSUPPORTED_COMPRESSION_TYPE, as in Kafka) and a
+    topic with message.downconversion.enable=false (UNSUPPORTED_VERSION)."""
+    wire = Wire(broker.port)
+    zstd_topic = create_topic(broker, partitions=1)
+    assert produce(wire, zstd_topic, build_record_batch(
+        [(b"k", b"v" * 500)], compression=ZSTD), 9).error_code == 0
+    assert fetch(wire, zstd_topic, 0, 3).error_code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+    assert fetch(wire, zstd_topic, 0, 10).error_code == 0
+    strict = create_topic(broker, {"message.downconversion.enable": "false"}, partitions=1)
+    assert produce(wire, strict, build_record_batch([(b"k", b"v")]), 9).error_code == 0
+    p = fetch(wire, strict, 0, 1)
+    assert (p.error_code, bytes(p.records)) == (ErrorCode.UNSUPPORTED_VERSION, b"")
+    assert fetch(wire, strict, 1, 1).error_code == 0  # nothing to convert: no error
+    assert fetch(wire, strict, 0, 4).error_code == 0
+    wire.close()
+
+
 # ---- ListOffsets v0 ----------------------------------------------------------------------
 
 
@@ -351,3 +444,14 @@ def test_burrow_reports_a_groups_lag(broker: BrokerProcess, zookeeper: ZooKeeper
     assert status["totallag"] == 20 + 5
     assert sorted((p["partition"], p["end"]["offset"], p["current_lag"])
                   for p in status["partitions"]) == [(0, 30, 20), (1, 45, 5)]
+
+
+def test_describe_configs_v0_says_which_values_are_defaults(broker: BrokerProcess) -> None:
+    topic = create_topic(broker, {"retention.ms": "1000"}, partitions=1)
+    wire = Wire(broker.port)
+    response: Any = wire.call(DescribeConfigsRequest(resources=[DescribeConfigsResource(
+        resource_type=2, resource_name=topic,
+        configuration_keys=["retention.ms", "segment.bytes"])]), 0)
+    wire.close()
+    configs = {c.name: (c.value, c.is_default) for c in response.results[0].configs}
+    assert configs == {"retention.ms": ("1000", False), "segment.bytes": ("1073741824", True)}
