@@ -89,6 +89,28 @@ def test_log_summary_shows_the_errors_else_the_tail() -> None:
     assert cluster.log_summary(quiet, lines=2) == "line 18\nline 19"
 
 
+
+def test_failure_cause_is_one_line_of_the_log() -> None:
+    bind_failure = "\n".join([
+        "2026-11-22 10:56:49,041 INFO odradek.broker: starting",
+        "Traceback (most recent call last):",
+        "OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', 9092): "
+        "address already in use",
+        "During handling of the above exception, another exception occurred:",
+        "ValueError: list.remove(x): x not in list"])
+    assert cluster.failure_cause(bind_failure) == "its port is in use (by another process?)"
+    assert cluster.failure_cause(
+        "odradek serve: invalid configuration: num.partitions=x is invalid\n") \
+        == "invalid configuration: num.partitions=x is invalid"
+    # The cause, not what the shutdown met after it.
+    assert cluster.failure_cause("\n".join([
+        "2026-11-22 10:56:49,041 INFO odradek.broker: starting",
+        "2026-11-22 10:56:50,000 ERROR odradek: cannot run the broker: disk gone",
+        "RuntimeError: later"])) == "cannot run the broker: disk gone"
+    assert cluster.failure_cause("a\nlast words\n\n") == "last words"
+    assert cluster.failure_cause("") == "it logged nothing"
+
+
 def _partition(pid: int, leader: int, replicas: list[int], isr: list[int]) -> Any:
     return SimpleNamespace(id=pid, leader=leader, replicas=replicas, isrs=isr)
 
@@ -234,6 +256,18 @@ def odradek(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=60, env=env)
 
 
+def odradek_with_input(text: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "ODRADEK_BOOTSTRAP"}
+    return subprocess.run([sys.executable, "-m", "odradek", *args], input=text,
+                          capture_output=True, text=True, timeout=60, env=env)
+
+
+def restart_broker(broker_id: int, data_dir: Path) -> subprocess.CompletedProcess[str]:
+    done = odradek("cluster", "restart-broker", str(broker_id), "--data-dir", str(data_dir))
+    assert "Traceback" not in done.stderr, done
+    return done
+
+
 def status(up: Up, *extra: str) -> subprocess.CompletedProcess[str]:
     return odradek("cluster", "status", "--bootstrap-server", up.bootstrap, *extra)
 
@@ -333,10 +367,53 @@ def test_up_status_stop_and_up_again(tmp_path: Path, ups: list[Up]) -> None:
     assert re.search(rf"^solo\s+0\s+-\s+{victim}\s", text.stdout, re.M), text.stdout
     assert re.search(r"^2 brokers, \d+ partitions: \d+ under-replicated, 1 offline$",
                      text.stdout, re.M), text
-    assert wait_until(lambda: any(f"broker {victim} exited" in line for line in again.lines),
-                      10, "the exit reported")
+    assert wait_until(lambda: any(
+        f"broker {victim} exited with status -9; see {data_dir}/broker-{victim}.log; start it "
+        f"again with: odradek cluster restart-broker {victim} --data-dir {data_dir}" in line
+        for line in again.lines), 10, "the exit reported")
+
+    # Started again from another terminal: on its port and its data, it rejoins; its
+    # replicas catch up and go back into the ISRs, and the partition only it holds is back.
+    port = next(line for line in again.lines if line.startswith(f"broker {victim}: ")
+                ).split()[2].rstrip(",")
+    restarted = restart_broker(victim, data_dir)
+    assert restarted.returncode == 0, (restarted, again.explain())
+    shown = _PID.match(restarted.stdout.splitlines()[-1])
+    assert shown is not None and f": {port}, pid " in shown.group(0), restarted.stdout
+    again.pids[f"broker {victim}"] = int(shown.group(2))
+    status_when(again, "every replica in sync again", lambda a: len(a["brokers"]) == 3 and not (
+        a["under_replicated"] or a["offline"]))
+    produced = odradek_with_input("back\n", "produce", "solo", "--acks", "all",
+                                  "--bootstrap-server", again.bootstrap)
+    assert produced.returncode == 0, produced
+    consumed = odradek("consume", "solo", "--from-beginning", "--until-end", "--json",
+                       "--timeout", "20s", "--bootstrap-server", again.bootstrap)
+    assert [json.loads(line)["value"] for line in consumed.stdout.splitlines()] == ["back"], \
+        consumed
+
+    # A running broker (the controller): a controlled shutdown first, then the same.
+    controller = status_json(again)["controller"]
+    restarted = restart_broker(controller, data_dir)
+    assert restarted.returncode == 0, (restarted, again.explain())
+    assert f"stopping broker {controller} (a controlled shutdown)" in restarted.stdout
+    shown = _PID.match(restarted.stdout.splitlines()[-1])
+    assert shown is not None, restarted.stdout
+    assert not _alive(again.pids[f"broker {controller}"])
+    again.pids[f"broker {controller}"] = int(shown.group(2))
+    status_when(again, "in sync after the rolling restart", lambda a: len(a["brokers"]) == 3
+                and not (a["under_replicated"] or a["offline"]))
+    produced = odradek_with_input("rolled\n", "produce", "events", "--acks", "all",
+                                  "--bootstrap-server", again.bootstrap)
+    assert produced.returncode == 0, produced
+    assert not any(f"broker {controller} exited" in line for line in again.lines), again.lines
+
+    unknown = restart_broker(9, data_dir)
+    assert unknown.returncode == 1, unknown
+    assert unknown.stderr == ("odradek cluster restart-broker: no broker 9: this cluster has "
+                              "brokers 1, 2, 3\n"), unknown
 
     assert again.stop() == 0, again.explain()
+    assert not (data_dir / "control.sock").exists()
     for name, pid in again.pids.items():
         assert wait_until(lambda pid=pid: not _alive(pid), 10, f"{name} gone")
 
@@ -376,3 +453,77 @@ def test_up_usage_errors() -> None:
     assert done.returncode == 2, done
     assert "sets it for each broker itself" in done.stderr
 
+
+
+def test_restart_broker_without_up(tmp_path: Path) -> None:
+    for data_dir in (tmp_path / "none", tmp_path):
+        done = restart_broker(2, data_dir)
+        assert (done.returncode, done.stderr) == (
+            1, f"odradek cluster restart-broker: no `odradek cluster up` runs on {data_dir}\n")
+    # The socket a killed `up` left: nothing listens on it.
+    with socket.socket(socket.AF_UNIX) as left:
+        left.bind(str(tmp_path / "control.sock"))
+    done = restart_broker(2, tmp_path)
+    assert done.returncode == 1 and "no `odradek cluster up` runs on" in done.stderr, done
+    # A directory too deep for a Unix socket's address: the socket is reached all the same
+    # (here: nothing listens, and that is what is said).
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    done = restart_broker(2, deep)
+    assert done.stderr == (f"odradek cluster restart-broker: no `odradek cluster up` runs on "
+                           f"{deep}\n"), done
+
+
+def _processes_on(directory: Path) -> list[str]:
+    """The live processes with `directory` in their command line."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if os.fsencode(directory) in cmdline.read_bytes() and _alive(
+                    int(cmdline.parent.name)):
+                found.append(cmdline.parent.name)
+        except OSError:
+            continue
+    return found
+
+
+def _fails_cleanly(done: subprocess.CompletedProcess[str], data_dir: Path) -> str:
+    """The one line `up` ended with, once checked that it is all it said on stderr, that
+    it exited 1 and that nothing it started still runs."""
+    assert done.returncode == 1, done
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert wait_until(lambda: not _processes_on(data_dir), 15, "every process gone")
+    assert not (data_dir / "pids").exists() and not (data_dir / "control.sock").exists()
+    return done.stderr
+
+
+def test_up_fails_cleanly_when_no_broker_starts(tmp_path: Path) -> None:
+    # Every broker exits at once: there is no broker left to stop.
+    done = odradek("cluster", "up", "--brokers", "2", "--port-base", "0", "--zookeeper-port",
+                   "0", "--data-dir", str(tmp_path), "--set", "num.partitions=many")
+    line = _fails_cleanly(done, tmp_path)
+    assert re.fullmatch(
+        rf"odradek cluster up: broker (\d) \(a free port on 127\.0\.0\.1\) exited with status "
+        rf"2 while starting: invalid configuration: num\.partitions=many is invalid: .*; "
+        rf"see {re.escape(str(tmp_path))}/broker-\1\.log\n", line), line
+
+
+def test_up_fails_cleanly_when_a_broker_cannot_bind(tmp_path: Path) -> None:
+    # A port taken after `up` checked it (a race check_ports_free cannot close): broker 1
+    # cannot bind and exits; broker 2, started, is stopped.
+    code = ("import sys; from odradek.cli import cluster; "
+            "cluster.check_ports_free = lambda ports: None; "
+            "from odradek.cli.main import main; sys.exit(main(sys.argv[1:]))")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-c", code, "cluster", "up", "--brokers", "2", "--port-base",
+             str(port), "--zookeeper-port", "0", "--data-dir", str(tmp_path),
+             "--set", "controlled.shutdown.retry.backoff.ms=200"],
+            capture_output=True, text=True, timeout=120)
+    line = _fails_cleanly(done, tmp_path)
+    assert line == (f"odradek cluster up: broker 1 (127.0.0.1:{port}) exited with status 1 "
+                    f"while starting: its port is in use (by another process?); see "
+                    f"{tmp_path}/broker-1.log\n"), line

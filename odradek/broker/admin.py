@@ -254,10 +254,17 @@ class AdminManager:
                 offset_lag=lag, is_future_key=False)
             topics.setdefault(tp[0], []).append(described)
         results = []
+        offline = {os.path.abspath(d) for d in log_manager.config.log_dirs
+                   if log_manager.log_dirs[d].offline}
         for log_dir, topics in by_dir.items():
             result = describe_log_dirs_response.DescribeLogDirsResult(
                 log_dir=log_dir, topics=[describe_log_dirs_response.DescribeLogDirsTopic(
                     name=name, partitions=partitions) for name, partitions in topics.items()])
+            if log_dir in offline:  # failed an I/O operation (KIP-112): Kafka lists it so
+                result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                result.topics = []
+                results.append(result)
+                continue
             try:
                 space = os.statvfs(log_dir)
             except OSError as e:

@@ -1,4 +1,5 @@
-"""`odradek cluster`: a local cluster on loopback (`up`) and a cluster's health (`status`).
+"""`odradek cluster`: a local cluster on loopback (`up`, `restart-broker`) and a cluster's
+health (`status`).
 
 `up` runs a private ZooKeeper (odradek.cluster.zookeeper_server, from Debian's package)
 and N `odradek serve` brokers on it, each with its own data directory and log file under
@@ -7,7 +8,15 @@ them all on Ctrl-C or SIGTERM: the brokers one at a time, the controller last, e
 a controlled shutdown (stopped together, each would try to move its leaderships to
 brokers that are leaving too), then ZooKeeper. A second Ctrl-C kills what is left.
 Started again with the same --data-dir, it keeps its data; a lock in that directory keeps
-a second `up` off it meanwhile.
+a second `up` off it meanwhile. A failure ends it with one line on stderr (which broker,
+its address, why, its log) and exit status 1, what it started stopped.
+
+While it runs, it reports a broker that exits, and `restart-broker ID`, from another
+terminal, asks it (through the Unix socket DIR/control.sock) to start that broker again
+on its port and its log dir, as `kafka-server-start.sh` would with the broker's own
+server.properties: the broker rejoins, and its replicas catch up and go back into the
+ISRs. A broker still running is first stopped with a controlled shutdown (a rolling
+restart, one broker at a time).
 
 `status` asks any cluster (Odradek or Apache Kafka) through librdkafka: the cluster id,
 the controller, the live brokers, and the partitions that are under-replicated (an ISR
@@ -28,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -58,6 +67,10 @@ STALE_SESSION_TIMEOUT_S = 65.0
 STOP_TIMEOUT_S = 60.0  # for one broker's controlled shutdown and stop, then SIGKILL
 CHROOT = "/odradek"  # the brokers' znodes, under the private ZooKeeper's root
 EXIT_OFFLINE = 3  # `cluster status`: some partition has no leader
+CONTROL_SOCKET = "control.sock"  # in --data-dir: where `restart-broker` asks `up`
+# `restart-broker`: the longest `up` may take between two lines of its answer (a
+# controlled shutdown, a stale session's expiry, a start).
+RESTART_ANSWER_TIMEOUT_S = STOP_TIMEOUT_S + STALE_SESSION_TIMEOUT_S + START_TIMEOUT_S
 
 # What `up` sets for each broker itself: one value for every broker would break them.
 PER_BROKER_SETTINGS = frozenset({"broker.id", "node.id", "listeners", "advertised.listeners",
@@ -87,6 +100,16 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     up.add_argument("--set", dest="settings", metavar="KEY=VALUE", action="append",
                     default=[], help="a broker setting for every broker (repeatable)")
     up.set_defaults(run=run_up)
+
+    restart = actions.add_parser(
+        "restart-broker", help="start broker ID of a running `cluster up` again, on its "
+        "port and its data (stopped first, with a controlled shutdown, if it runs); "
+        "returns once the cluster sees it")
+    restart.add_argument("broker_id", type=positive_int, metavar="ID", help="its broker.id")
+    restart.add_argument("--data-dir", default="odradek-cluster", metavar="DIR",
+                         help="the --data-dir of the running `cluster up` (default "
+                         "./odradek-cluster)")
+    restart.set_defaults(run=run_restart_broker)
 
     status = actions.add_parser("status", parents=[common_options()],
                                 help="brokers, controller, under-replicated and offline "
@@ -132,6 +155,23 @@ def log_summary(text: str, lines: int = 15) -> str:
     all_lines = text.splitlines()
     errors = [line for line in all_lines if _ERROR_LINE.match(line)]
     return "\n".join((errors or all_lines)[-lines:])
+
+
+def failure_cause(text: str) -> str:
+    """Why a broker failed, in one line of its log: the first exception or ERROR line
+    (the cause; later ones are what its shutdown met then), its port in use said plainly,
+    else its last line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if any("[Errno 98]" in line or "address already in use" in line.lower()
+           for line in lines):
+        return "its port is in use (by another process?)"
+    for line in lines:
+        if line.startswith("odradek serve: "):
+            return line.removeprefix("odradek serve: ")
+        if _ERROR_LINE.match(line):
+            # `2026-05-01 12:00:03,120 ERROR odradek.x: message` -> `message`
+            return re.sub(r"^\S+ \S+ ERROR \S+: ", "", line)
+    return lines[-1] if lines else "it logged nothing"
 
 
 def stop_order(running: Sequence[int], controller: int | None) -> list[int]:
@@ -217,10 +257,13 @@ class _Broker:
     for `up` to relay, in order). Its output is appended to DIR/broker-i.log, where the
     port it bound and its start are read from."""
 
-    def __init__(self, broker_id: int, log_file: Path, settings: Mapping[str, str]) -> None:
+    def __init__(self, broker_id: int, port: int, log_file: Path,
+                 settings: Mapping[str, str]) -> None:
         self.broker_id = broker_id
+        self.requested_port = port  # 0: a free one
         self.log_file = log_file
-        self.port: int | None = None
+        self.port: int | None = None  # the one it bound
+        self.reported = False  # its exit, once it exited
         self._started = re.compile(rb"broker %d started" % broker_id)
         argv = [sys.executable, "-m", "odradek", "serve"]
         for key, value in settings.items():
@@ -235,6 +278,16 @@ class _Broker:
     def running(self) -> bool:
         return self.process.poll() is None
 
+    @property
+    def address(self) -> str:
+        port = self.port or self.requested_port
+        return f"127.0.0.1:{port}" if port else "a free port on 127.0.0.1"
+
+    def line(self) -> str:
+        """What `up` prints of a started broker."""
+        return (f"broker {self.broker_id}: 127.0.0.1:{self.port}, pid {self.process.pid}, "
+                f"log {self.log_file}")
+
     def output(self) -> bytes:
         """What this run of the broker has logged so far."""
         try:
@@ -244,14 +297,19 @@ class _Broker:
         except OSError:
             return b""
 
-    def tail(self) -> str:
-        return log_summary(self.output().decode("utf-8", "replace"))
+    def failure(self, when: str) -> str:
+        """One line: which broker exited, on which port, with which status, why (from its
+        log) and where its log is."""
+        return (f"broker {self.broker_id} ({self.address}) exited with status "
+                f"{self.process.returncode} {when}: "
+                f"{failure_cause(self.output().decode('utf-8', 'replace'))}; see "
+                f"{self.log_file}")
 
     def started(self) -> bool:
         """Whether it is listening and started; a CliError if it exited instead."""
         if not self.running:
-            raise CliError(f"broker {self.broker_id} exited with status "
-                           f"{self.process.returncode} (log {self.log_file}):\n{self.tail()}")
+            self.reported = True
+            raise CliError(self.failure("while starting"))
         text = self.output()
         if self.port is None and (m := _LISTENING.search(text)) is not None:
             self.port = int(m.group(1))
@@ -289,6 +347,152 @@ def check_ports_free(ports: Iterable[int]) -> None:
                                "ones") from None
 
 
+class _Cluster:
+    """What a running `up` started: ZooKeeper and the brokers by id, each broker started
+    (and started again) with the same settings, port and log dir."""
+
+    def __init__(self, data_dir: Path, settings: Mapping[str, str],
+                 zookeeper: ZooKeeperServer, pids: _Pids, signals: _Signals) -> None:
+        self.data_dir = data_dir
+        self.settings = dict(settings)
+        self.zookeeper = zookeeper
+        self.pids = pids
+        self.signals = signals
+        self.connect = f"{zookeeper.connect_string}{CHROOT}"
+        self.brokers: dict[int, _Broker] = {}
+
+    def start_broker(self, broker_id: int, port: int) -> _Broker:
+        log_file = self.data_dir / f"broker-{broker_id}.log"
+        try:
+            broker = _Broker(broker_id, port, log_file, {
+                **self.settings, "broker.id": str(broker_id),
+                "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                "log.dirs": str(self.data_dir / f"broker-{broker_id}"),
+                "zookeeper.connect": self.connect})
+        except OSError as e:
+            raise CliError(f"cannot start broker {broker_id}: {e.strerror or e} "
+                           f"({log_file})") from e
+        self.brokers[broker_id] = broker
+        self.pids.add(f"broker-{broker_id}", broker.process.pid)
+        return broker
+
+    def running(self) -> list[_Broker]:
+        return [b for b in self.brokers.values() if b.running]
+
+    def report_exits(self) -> None:
+        """Says once of each broker that exited which one, its status and its log."""
+        for broker in self.brokers.values():
+            if not broker.reported and not broker.running:
+                broker.reported = True
+                print(f"broker {broker.broker_id} exited with status "
+                      f"{broker.process.returncode}; see {broker.log_file}; start it again "
+                      f"with: odradek cluster restart-broker {broker.broker_id} --data-dir "
+                      f"{self.data_dir}", flush=True)
+
+    def restart(self, broker_id: int, say: Callable[[str], None]) -> _Broker:
+        """Broker `broker_id` started again on its port and its log dir, stopped first
+        (a controlled shutdown) if it runs; returns once every running broker sees it."""
+        old = self.brokers[broker_id]
+        if old.running:
+            say(f"stopping broker {broker_id} (a controlled shutdown)")
+            if not old.stop(self.signals):
+                say(f"broker {broker_id} did not stop within {STOP_TIMEOUT_S:g}s: killed")
+        old.reported = True  # its exit is this restart's, not news
+        self.signals.check()
+        # Killed, it left its registration in ZooKeeper until its session expires.
+        _wait_for_stale_registrations(self.zookeeper, [broker_id], self.signals, say)
+        for other in self.running():  # so that seeing it again means it is back
+            _wait_gone(broker_id, other, self.signals)
+        self.signals.check()
+        say(f"starting broker {broker_id} on {old.address}")
+        broker = self.start_broker(broker_id, old.port or old.requested_port)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        _wait_started([broker], deadline, self.signals)
+        _wait_for_membership(self.running(), deadline, self.signals)
+        return broker
+
+
+class _Control:
+    """DIR/control.sock, a Unix socket where `odradek cluster restart-broker` asks the
+    running `up`. A request is one line, `restart-broker ID`; the answer is lines of
+    `progress TEXT`, then `ok TEXT` or `error TEXT`. Requests wait in the socket's
+    backlog until the cluster is up; `up` answers them one at a time."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / CONTROL_SOCKET
+        self.path.unlink(missing_ok=True)  # an earlier `up`'s, killed: the lock is ours
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with _control_address(data_dir) as address:
+                self.listener.bind(address)
+            self.listener.listen(8)
+        except OSError as e:
+            self.listener.close()
+            raise CliError(f"cannot listen on {self.path}: {e.strerror or e}") from e
+        self.listener.setblocking(False)
+
+    def requests(self) -> list[_Request]:
+        """The requests waiting, read."""
+        requests = []
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:  # none waiting (BlockingIOError), or closed
+                return requests
+            requests.append(_Request(connection))
+
+    def close(self) -> None:
+        """Requests still waiting find the connection closed."""
+        self.listener.close()
+        self.path.unlink(missing_ok=True)
+
+
+class _Request:
+    """One `restart-broker` request and its answer; the answer is lost, not an error,
+    when the asker went away (its Ctrl-C stops its waiting, not the restart)."""
+
+    def __init__(self, connection: socket.socket) -> None:
+        self.connection = connection
+        self.broker_id: int | None = None
+        self.problem = ""
+        connection.settimeout(5)
+        data = b""
+        with contextlib.suppress(OSError):
+            while b"\n" not in data and len(data) < 256:
+                chunk = connection.recv(256)
+                if not chunk:
+                    break
+                data += chunk
+        words = data.decode("utf-8", "replace").split()
+        if len(words) == 2 and words[0] == "restart-broker" and words[1].isdigit():
+            self.broker_id = int(words[1])
+        else:
+            self.problem = f"not a request: {data[:80]!r}"
+
+    def answer(self, kind: str, text: str) -> None:
+        with contextlib.suppress(OSError):
+            self.connection.sendall(f"{kind} {text}\n".encode())
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+@contextlib.contextmanager
+def _control_address(data_dir: Path) -> Iterator[str]:
+    """The control socket's address: DIR/control.sock, or the same file reached through
+    the directory's descriptor (/proc/self/fd/N/control.sock) where the path is longer
+    than a Unix socket's address may be (108 bytes)."""
+    path = data_dir / CONTROL_SOCKET
+    if len(os.fsencode(path)) < 100:
+        yield str(path)
+        return
+    fd = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{CONTROL_SOCKET}"
+    finally:
+        os.close(fd)
+
+
 @command("cluster up")
 def run_up(args: argparse.Namespace) -> int:
     settings = broker_settings(args.settings)
@@ -307,18 +511,21 @@ def run_up(args: argparse.Namespace) -> int:
         check_ports_free([*ports, args.zookeeper_port])
         pids = _Pids(data_dir / "pids")
         pids.check_none_left()
+        control = _Control(data_dir)
         signals = _Signals()
         previous = {sig: signal.signal(sig, signals) for sig in _SIGNALS}
         try:
-            return _run_cluster(args, data_dir, ports, settings, signals, pids)
+            return _run_cluster(args, data_dir, ports, settings, signals, pids, control)
         finally:  # every process it started has stopped
+            control.close()
             pids.remove()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
 
 def _run_cluster(args: argparse.Namespace, data_dir: Path, ports: list[int],
-                 settings: dict[str, str], signals: _Signals, pids: _Pids) -> int:
+                 settings: dict[str, str], signals: _Signals, pids: _Pids,
+                 control: _Control) -> int:
     zookeeper = ZooKeeperServer(data_dir / "zookeeper", args.zookeeper_port)
     try:
         zookeeper.start()
@@ -326,43 +533,43 @@ def _run_cluster(args: argparse.Namespace, data_dir: Path, ports: list[int],
         raise CliError(f"cannot start ZooKeeper: {e}") from e
     assert zookeeper.pid is not None
     pids.add("zookeeper", zookeeper.pid)
-    brokers: list[_Broker] = []
+    cluster = _Cluster(data_dir, settings, zookeeper, pids, signals)
     code = 0
     try:
         signals.check()
-        _wait_for_stale_registrations(zookeeper, len(ports), signals)
-        connect = f"{zookeeper.connect_string}{CHROOT}"
+        _wait_for_stale_registrations(zookeeper, range(1, len(ports) + 1), signals, _say)
         for broker_id, port in enumerate(ports, 1):
-            broker_dir = data_dir / f"broker-{broker_id}"
-            brokers.append(_Broker(broker_id, data_dir / f"broker-{broker_id}.log", {
-                **settings, "broker.id": str(broker_id),
-                "listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(broker_dir),
-                "zookeeper.connect": connect}))
-            pids.add(f"broker-{broker_id}", brokers[-1].process.pid)
+            cluster.start_broker(broker_id, port)
+        brokers = list(cluster.brokers.values())
         deadline = time.monotonic() + START_TIMEOUT_S
-        for broker in brokers:
-            _wait_started(broker, deadline, signals)
+        _wait_started(brokers, deadline, signals)
         _wait_for_membership(brokers, deadline, signals)
-        print(f"zookeeper: {connect}, pid {zookeeper.pid}, log {zookeeper.log_file}",
+        print(f"zookeeper: {cluster.connect}, pid {zookeeper.pid}, log {zookeeper.log_file}",
               flush=True)
         for broker in brokers:
-            print(f"broker {broker.broker_id}: 127.0.0.1:{broker.port}, pid "
-                  f"{broker.process.pid}, log {broker.log_file}", flush=True)
+            print(broker.line(), flush=True)
         print(f"bootstrap: {','.join(f'127.0.0.1:{b.port}' for b in brokers)}", flush=True)
-        _watch(brokers, zookeeper, signals)
+        _watch(cluster, control, signals)
+        control.close()  # a request from now on is told at once
         print("stopping", flush=True)
     except _Interrupted:
         print("odradek cluster up: interrupted while starting; stopping", file=sys.stderr,
               flush=True)
         code = EXIT_INTERRUPTED
     finally:
-        killed = _stop_brokers(brokers, signals)
-        zookeeper.stop()
+        try:
+            killed = _stop_brokers(list(cluster.brokers.values()), signals)
+        finally:
+            zookeeper.stop()
     if killed:
         raise CliError(f"killed {_brokers(b.broker_id for b in killed)} before "
                        f"{'it' if len(killed) == 1 else 'they'} stopped cleanly; see "
                        f"{', '.join(str(b.log_file) for b in killed)}")
     return code
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
 
 
 def _brokers(ids: Iterable[int]) -> str:
@@ -371,14 +578,15 @@ def _brokers(ids: Iterable[int]) -> str:
     return f"broker{'s' if len(listed) > 1 else ''} {', '.join(listed)}"
 
 
-def _wait_for_stale_registrations(zookeeper: ZooKeeperServer, brokers: int,
-                                  signals: _Signals) -> None:
-    """Until the registrations of brokers that did not stop cleanly last time (killed,
-    or their `up` was) have left ZooKeeper: their sessions, restored from ZooKeeper's
-    data, expire after their timeout; a broker started before then would find its
-    broker.id taken."""
+def _wait_for_stale_registrations(zookeeper: ZooKeeperServer, ids: Iterable[int],
+                                  signals: _Signals, say: Callable[[str], None]) -> None:
+    """Until the registrations of brokers that did not stop cleanly (killed, or their
+    `up` was) have left ZooKeeper: their sessions, restored from ZooKeeper's data after
+    a restart of it, expire after their timeout; a broker started before then would
+    find its broker.id taken."""
     # Here: the other commands start faster without kazoo.
     from kazoo.client import KazooClient
+    from kazoo.exceptions import KazooException
     from kazoo.handlers.threading import KazooTimeoutError
 
     from odradek.cluster.zookeeper import znodes
@@ -389,12 +597,12 @@ def _wait_for_stale_registrations(zookeeper: ZooKeeperServer, brokers: int,
     except KazooTimeoutError as e:
         raise CliError(f"cannot connect to ZooKeeper at {zookeeper.connect_string}") from e
     try:
-        paths = {i: f"{CHROOT}{znodes.broker_path(i)}" for i in range(1, brokers + 1)}
+        paths = {i: f"{CHROOT}{znodes.broker_path(i)}" for i in ids}
         stale = [i for i, path in paths.items() if client.exists(path) is not None]
         if not stale:
             return
-        print(f"waiting for ZooKeeper to expire the sessions of {_brokers(stale)}, which "
-              "did not stop cleanly last time", flush=True)
+        say(f"waiting for ZooKeeper to expire the session{'s' if len(stale) > 1 else ''} of "
+            f"{_brokers(stale)}, which did not stop cleanly")
         deadline = time.monotonic() + STALE_SESSION_TIMEOUT_S
         while stale := [i for i in stale if client.exists(paths[i]) is not None]:
             signals.check()
@@ -403,17 +611,26 @@ def _wait_for_stale_registrations(zookeeper: ZooKeeperServer, brokers: int,
                                f"{STALE_SESSION_TIMEOUT_S:g}s: does a broker of an earlier "
                                "run still run?")
             signals.stop.wait(0.2)
+    except KazooException as e:
+        raise CliError(f"ZooKeeper at {zookeeper.connect_string}: "
+                       f"{type(e).__name__} {e}".rstrip()) from e
     finally:
         client.stop()
         client.close()
 
 
-def _wait_started(broker: _Broker, deadline: float, signals: _Signals) -> None:
-    while not broker.started():
+def _wait_started(brokers: list[_Broker], deadline: float, signals: _Signals) -> None:
+    """Until every broker listens and has started; a CliError for the first one that
+    exits meanwhile or is late."""
+    while not all([broker.started() for broker in brokers]):
         signals.check()
         if time.monotonic() > deadline:
-            raise CliError(f"broker {broker.broker_id} did not start within "
-                           f"{START_TIMEOUT_S:g}s (log {broker.log_file}):\n{broker.tail()}")
+            late = next(b for b in brokers if not b.started())
+            last = [line for line in late.output().decode("utf-8", "replace").splitlines()
+                    if line.strip()][-1:]
+            raise CliError(f"broker {late.broker_id} ({late.address}) did not start within "
+                           f"{START_TIMEOUT_S:g}s (last logged: {last[0] if last else 'nothing'}"
+                           f"); see {late.log_file}")
         signals.stop.wait(0.05)
 
 
@@ -431,26 +648,54 @@ def _wait_for_membership(brokers: list[_Broker], deadline: float, signals: _Sign
                 break
             signals.check()
             if time.monotonic() > deadline:
-                raise CliError(f"broker {broker.broker_id} sees brokers {sorted(seen)}, not "
-                               f"{sorted(ids)}, after {START_TIMEOUT_S:g}s; see "
-                               f"{broker.log_file}")
+                raise CliError(f"broker {broker.broker_id} ({broker.address}) sees brokers "
+                               f"{sorted(seen)}, not {sorted(ids)}, after "
+                               f"{START_TIMEOUT_S:g}s; see {broker.log_file}")
             signals.stop.wait(0.1)
 
 
-def _watch(brokers: list[_Broker], zookeeper: ZooKeeperServer, signals: _Signals) -> None:
-    """Until Ctrl-C or SIGTERM; a process that exits meanwhile (a broker killed on
-    purpose, say, to watch a failover) is reported once."""
-    exited: set[int] = set()
+def _watch(cluster: _Cluster, control: _Control, signals: _Signals) -> None:
+    """Until Ctrl-C or SIGTERM: reports a broker that exits (killed on purpose, say, to
+    watch a failover) once, and ZooKeeper's exit, and serves `restart-broker`."""
     zookeeper_exited = False
-    while not signals.stop.wait(0.5):
-        for broker in brokers:
-            if broker.broker_id not in exited and not broker.running:
-                exited.add(broker.broker_id)
-                print(f"broker {broker.broker_id} exited with status "
-                      f"{broker.process.returncode}; see {broker.log_file}", flush=True)
-        if not zookeeper_exited and not zookeeper.is_running():
+    while not signals.stop.wait(0.25):
+        cluster.report_exits()
+        if not zookeeper_exited and not cluster.zookeeper.is_running():
             zookeeper_exited = True
-            print(f"ZooKeeper exited; see {zookeeper.log_file}", flush=True)
+            print(f"ZooKeeper exited; see {cluster.zookeeper.log_file}", flush=True)
+        for request in control.requests():
+            try:
+                _serve(cluster, request)
+            except _Interrupted:
+                request.answer("error", "`cluster up` is stopping")
+                return
+            finally:
+                request.close()
+
+
+def _serve(cluster: _Cluster, request: _Request) -> None:
+    if request.broker_id is None:
+        request.answer("error", request.problem)
+        return
+    broker_id = request.broker_id
+    if broker_id not in cluster.brokers:
+        request.answer("error", f"no broker {broker_id}: this cluster has "
+                       f"{_brokers(sorted(cluster.brokers))}")
+        return
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+        request.answer("progress", text)
+
+    print(f"restarting broker {broker_id} (odradek cluster restart-broker)", flush=True)
+    try:
+        broker = cluster.restart(broker_id, say)
+    except CliError as e:
+        print(f"restarting broker {broker_id} failed: {e}", flush=True)
+        request.answer("error", str(e))
+        return
+    print(broker.line(), flush=True)
+    request.answer("ok", broker.line())
 
 
 def _stop_brokers(brokers: list[_Broker], signals: _Signals) -> list[_Broker]:
@@ -460,11 +705,11 @@ def _stop_brokers(brokers: list[_Broker], signals: _Signals) -> list[_Broker]:
     by_id = {b.broker_id: b for b in brokers if b.running}
     order = [by_id[i] for i in stop_order(list(by_id), _controller(list(by_id.values())))]
     killed = []
-    for broker, following in zip(order, [*order[1:], None], strict=True):
+    for position, broker in enumerate(order):
         if not broker.stop(signals):
             killed.append(broker)
-        if following is not None and not signals.forced:
-            _wait_gone(broker.broker_id, following, signals)
+        if position + 1 < len(order) and not signals.forced:
+            _wait_gone(broker.broker_id, order[position + 1], signals)
     return killed
 
 
@@ -493,6 +738,45 @@ def _controller(brokers: list[_Broker]) -> int | None:
             continue
         return controller if controller >= 0 else None
     return None
+
+
+# ---- restart-broker --------------------------------------------------------------------------
+
+@command("cluster restart-broker")
+def run_restart_broker(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir).resolve()
+    broker_id: int = args.broker_id
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with connection:
+        try:
+            with _control_address(data_dir) as address:
+                connection.connect(address)
+        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+            raise CliError(f"no `odradek cluster up` runs on {data_dir}") from None
+        except OSError as e:
+            raise CliError(f"cannot reach the `cluster up` on {data_dir}: "
+                           f"{e.strerror or e}") from e
+        # Each line of the answer within a bound: the restart's own waits are bounded.
+        connection.settimeout(RESTART_ANSWER_TIMEOUT_S)
+        try:
+            connection.sendall(f"restart-broker {broker_id}\n".encode())
+            for line in connection.makefile("r", encoding="utf-8", errors="replace"):
+                kind, _, text = line.rstrip("\n").partition(" ")
+                if kind == "progress":
+                    print(text, flush=True)
+                elif kind == "ok":
+                    print(text, flush=True)
+                    return 0
+                elif kind == "error":
+                    raise CliError(text)
+        except TimeoutError:
+            raise CliError(f"no answer from the `cluster up` on {data_dir} within "
+                           f"{RESTART_ANSWER_TIMEOUT_S:g}s; see its output") from None
+        except OSError as e:
+            raise CliError(f"the `cluster up` on {data_dir} went away: "
+                           f"{e.strerror or e}") from e
+    raise CliError(f"the `cluster up` on {data_dir} stopped before broker {broker_id} was "
+                   "back")
 
 
 # ---- status ----------------------------------------------------------------------------------

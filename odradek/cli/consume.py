@@ -1,15 +1,23 @@
 """`odradek consume TOPIC`: print a topic's records, one per line.
 
-The consumer assigns itself partitions at explicit offsets (no consumer group: nothing is
-committed, nothing is joined), so it reads exactly where it is told: the end by default,
-the beginning, an offset, or the first offset at or after a time (ListOffsets by
-timestamp). --until-end stops at the end of every partition as it was at the start.
+Without --group, the consumer assigns itself partitions at explicit offsets (no consumer
+group: nothing is committed, nothing is joined), so it reads exactly where it is told: the
+end by default, the beginning, an offset, or the first offset at or after a time
+(ListOffsets by timestamp). --until-end stops at the end of every partition as it was at
+the start.
+
+With --group G, it subscribes to one or more topics, or to every topic matching --regex,
+as a member of group G, as Kafka's console consumer does: it starts at the group's
+committed offsets (where there are none, at the end, or the beginning with
+--from-beginning), and commits the offsets of the records it printed (auto commit, and
+once more on the way out).
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import string
 import sys
 import time
@@ -60,11 +68,20 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                                 "wait for ever); also bounds metadata and offset lookups "
                                 "(default 30s)")],
         description="Print the records of TOPIC, one per line. Starts at the end of each "
-        "partition unless told otherwise.")
-    consume.add_argument("topic", metavar="TOPIC")
+        "partition unless told otherwise. With --group, reads one or more topics (or those "
+        "matching --regex) as a member of a consumer group, committing its offsets.")
+    consume.add_argument("topics", metavar="TOPIC", nargs="*",
+                         help="the topic to read; several with --group")
+    consume.add_argument("-g", "--group", metavar="GROUP",
+                         help="consume as a member of consumer group GROUP: start at its "
+                         "committed offsets and commit the offsets of the records printed")
+    consume.add_argument("--regex", metavar="PATTERN",
+                         help="with --group: subscribe to every topic whose whole name "
+                         "matches PATTERN (a regular expression), now and as topics appear")
     start = consume.add_mutually_exclusive_group()
     start.add_argument("--from-beginning", action="store_true",
-                       help="start at the first offset of each partition")
+                       help="start at the first offset of each partition (with --group: "
+                       "of each partition the group has no committed offset for)")
     start.add_argument("--offset", metavar="N",
                        help="start at offset N of --partition; a negative N counts back from "
                        "the end; also earliest or latest")
@@ -248,6 +265,15 @@ def plan(consumer: Consumer, args: argparse.Namespace, partitions: list[int],
 @command("consume")
 def run(args: argparse.Namespace) -> int:
     formatter = None if args.json else Formatter(args.format)
+    if args.group is not None:
+        return run_group(args, formatter)
+    if args.regex is not None or len(args.topics) > 1:
+        raise CliError("several topics and --regex need --group GROUP (consumer group to "
+                       "read them as)", EXIT_USAGE)
+    if not args.topics:
+        raise CliError("which topic? give TOPIC (or --group GROUP with topics or --regex)",
+                       EXIT_USAGE)
+    args.topic = args.topics[0]
     timeout = timeout_of(args)
     errors = ErrorRecorder()
     config = client_config(
@@ -362,3 +388,161 @@ def _reading_error(message: Message, error: KafkaError, start: Plan) -> str:
                 f"{message.topic()}: {describe_error(error)}")
     where = f"partition {p} of " if p is not None and p >= 0 else ""
     return f"cannot read {where}{message.topic()}: {describe_error(error)}"
+
+
+# ---- as a member of a consumer group -----------------------------------------------------
+
+def subscription(args: argparse.Namespace) -> list[str]:
+    """The topics to subscribe to; --regex as librdkafka's pattern form, a name that starts
+    with ^, anchored at both ends so that it matches whole names, as Kafka's --include."""
+    topics = list(args.topics)
+    if args.regex is not None:
+        pattern = args.regex.removeprefix("^")
+        if pattern.endswith("$") and not pattern.endswith("\\$"):
+            pattern = pattern[:-1]
+        if not pattern:
+            raise CliError("--regex wants a pattern", EXIT_USAGE)
+        topics.append(f"^({pattern})$")
+    if not topics:
+        raise CliError("which topics? give TOPIC... or --regex PATTERN", EXIT_USAGE)
+    return topics
+
+
+class Membership:
+    """The partitions the group gave us, and those of them read to their end (-e)."""
+
+    def __init__(self) -> None:
+        self.assigned: set[tuple[str, int]] = set()
+        self.at_end: set[tuple[str, int]] = set()
+        self.ever_assigned = False
+
+    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.assigned |= {(tp.topic, tp.partition) for tp in partitions}
+        self.ever_assigned = True
+
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        self.assigned -= gone
+        self.at_end -= gone
+
+    def all_at_end(self) -> bool:
+        return self.ever_assigned and bool(self.assigned) and self.assigned <= self.at_end
+
+
+def run_group(args: argparse.Namespace, formatter: Formatter | None) -> int:
+    for option, given in (("--offset", args.offset is not None),
+                          ("--from-timestamp", args.from_timestamp is not None),
+                          ("--partition", args.partition is not None)):
+        if given:
+            raise CliError(f"{option} does not go with --group: a group member starts at the "
+                           "group's committed offsets (odradek groups reset-offsets moves "
+                           "them)", EXIT_USAGE)
+    topics = subscription(args)
+    errors = ErrorRecorder()
+    membership = Membership()
+    consumer: Consumer = make_client(Consumer, client_config(
+        args,
+        **{"group.id": args.group,
+           "enable.auto.commit": True,
+           # Offsets are stored once their record is printed, and auto commit sends the
+           # stored ones: what is committed was seen, even when stopped half-way.
+           "enable.auto.offset.store": False,
+           # Only where the group has no committed offset, as Kafka's console consumer.
+           "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+           "enable.partition.eof": bool(args.until_end),
+           # A pattern takes in new topics at each metadata refresh: every 5 minutes by
+           # default, too slow for a command someone watches.
+           **({"topic.metadata.refresh.interval.ms": 5000} if args.regex else {}),
+           "error_cb": errors}))
+    try:
+        consumer.subscribe(topics, on_assign=membership.on_assign,
+                           on_revoke=membership.on_revoke, on_lost=membership.on_revoke)
+        return _consume_group(consumer, args, formatter, membership, errors)
+    finally:
+        consumer.close()  # leaves the group
+
+
+def _commit(consumer: Consumer) -> None:
+    """Commits the stored offsets now, rather than at the next auto commit."""
+    try:
+        consumer.commit(asynchronous=False)
+    except KafkaException as e:
+        if e.args and isinstance(e.args[0], KafkaError) and e.args[0].code() == \
+                KafkaError._NO_OFFSET:
+            return  # nothing read since the last commit
+        print(f"odradek consume: cannot commit the group's offsets: {describe_error(e)}",
+              file=sys.stderr)
+
+
+def _consume_group(consumer: Consumer, args: argparse.Namespace, formatter: Formatter | None,
+                   membership: Membership, errors: ErrorRecorder) -> int:
+    counted = [0]
+    try:
+        count = _read_group(consumer, args, formatter, membership, errors, counted)
+    except KeyboardInterrupt:  # Ctrl-C: what was read is still worth saying
+        _commit(consumer)
+        _summary(counted[0])
+        return EXIT_INTERRUPTED
+    _commit(consumer)
+    _summary(count)
+    return 0
+
+
+def _read_group(consumer: Consumer, args: argparse.Namespace, formatter: Formatter | None,
+                membership: Membership, errors: ErrorRecorder, counted: list[int]) -> int:
+    """Prints records until told to stop; the count, also kept in counted[0] as it goes."""
+    out: BinaryIO = sys.stdout.buffer
+    count = 0
+    idle_limit = args.timeout  # None: wait for records as long as it takes
+    last_record = time.monotonic()
+    pattern_waiting = False
+    while args.max_messages is None or count < args.max_messages:
+        wanted = BATCH if args.max_messages is None else min(BATCH, args.max_messages - count)
+        first = consumer.poll(0.5)
+        messages = [] if first is None else [first]
+        if first is not None and wanted > 1:
+            messages += consumer.consume(wanted - 1, timeout=0)
+        printed = False
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    membership.at_end.add((message.topic(), message.partition()))
+                elif (message.topic() or "").startswith("^"):
+                    # librdkafka reports a pattern that matches no topic yet; topics that
+                    # match may still come, and are then picked up.
+                    if not pattern_waiting:
+                        print(f"odradek consume: no topic matches --regex {args.regex!r} "
+                              "yet; waiting for one", file=sys.stderr)
+                        pattern_waiting = True
+                elif error.code() in FATAL or error.fatal():
+                    where = message.topic() or ", ".join(args.topics)
+                    raise CliError(f"cannot consume from {where}: {describe_error(error)}")
+                else:
+                    errors(error)  # retried by librdkafka; kept for a timeout's message
+                continue
+            out.write(json_line(record_json(message)).encode() + b"\n" if formatter is None
+                      else formatter.render(message))
+            printed = True
+            count += 1
+            counted[0] = count
+            # KafkaException: the partition went to another member meanwhile.
+            with contextlib.suppress(KafkaException):
+                consumer.store_offsets(message)
+            if args.max_messages is not None and count >= args.max_messages:
+                break
+        out.flush()
+        if printed:
+            last_record = time.monotonic()
+        if args.until_end and membership.all_at_end():
+            break
+        if not printed and idle_limit is not None and \
+                time.monotonic() - last_record >= idle_limit:
+            if args.until_end:
+                raise CliError(errors.explain(
+                    f"no records for {idle_limit:g}s before the end of every partition "
+                    f"assigned to this member of group {args.group}"))
+            print(f"odradek consume: no records for {idle_limit:g}s, stopping",
+                  file=sys.stderr)
+            break
+    return count

@@ -15,7 +15,20 @@ import sys
 from collections.abc import Sequence
 
 from odradek import __version__
-from odradek.cli import cluster, consume, groups, partitions, pipeline, produce, serve, topics
+from odradek.cli import (
+    cluster,
+    configs,
+    consume,
+    groups,
+    log_dirs,
+    partitions,
+    perf,
+    pipeline,
+    produce,
+    records,
+    serve,
+    topics,
+)
 from odradek.protocol.api_keys import API_SPECS
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
@@ -99,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     partitions.register(commands)
     cluster.register(commands)
     pipeline.register(commands)
+    configs.register(commands)
+    records.register(commands)
+    log_dirs.register(commands)
+    perf.register(commands)
     return parser
 
 

@@ -1,9 +1,11 @@
-"""`odradek topics`: create, list, describe, alter and delete topics.
+"""`odradek topics`: create, list, describe, alter and delete topics, and their offsets.
 
 Each subcommand is one or two Kafka admin requests sent through librdkafka's AdminClient:
-CreateTopics, Metadata, DescribeConfigs, CreatePartitions, IncrementalAlterConfigs and
-DeleteTopics. Per-topic failures are reported per topic; the exit status is non-zero
-when any topic failed.
+CreateTopics, Metadata, DescribeConfigs, CreatePartitions, IncrementalAlterConfigs,
+DeleteTopics and ListOffsets. `offsets` also asks each partition leader for the size of
+the partition's log with DescribeLogDirs, which librdkafka lacks: that one goes over the
+CLI's own socket (wire.py). Per-topic failures are reported per topic; the exit status is
+non-zero when any topic failed.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ import argparse
 import sys
 from collections.abc import Mapping
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from datetime import datetime
+from typing import Any, TypeVar, cast
 
-from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
@@ -22,6 +25,7 @@ from confluent_kafka.admin import (
     ConfigSource,
     NewPartitions,
     NewTopic,
+    OffsetSpec,
     ResourceType,
 )
 
@@ -30,6 +34,7 @@ from odradek.cli.client import (
     EXIT_USAGE,
     AdminCommand,
     CliError,
+    client_config,
     command,
     common_options,
     describe_error,
@@ -40,7 +45,11 @@ from odradek.cli.client import (
     wait_all,
 )
 from odradek.cli.output import print_json, print_table
+from odradek.cli.wire import WireError, require_plaintext, send_request
 from odradek.cluster.topics import INTERNAL_TOPICS
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.messages import describe_log_dirs_request as log_dirs_request
+from odradek.protocol.messages.describe_log_dirs_response import DescribeLogDirsResponse
 
 K = TypeVar("K")
 
@@ -76,7 +85,24 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                           help="topics to describe (default: every topic)")
     describe.add_argument("--internal", action="store_true",
                           help="with no NAME, include internal topics")
+    describe.add_argument("--all", "--all-configs", dest="all_configs", action="store_true",
+                          help="every config of the topic with its value, source and flags "
+                          "(kafka-configs --describe --all), not only its own settings")
     describe.set_defaults(run=run_describe)
+
+    offsets = actions.add_parser(
+        "offsets", parents=[common],
+        help="per partition: log start offset, high watermark, size on disk, and the "
+        "offset for a time (kafka-get-offsets.sh)")
+    offsets.add_argument("names", metavar="TOPIC", nargs="+")
+    offsets.add_argument("--partitions", metavar="P[,P...]", type=partition_list,
+                         help="only these partitions (default: all)")
+    offsets.add_argument("--time", metavar="TIME", type=offset_time,
+                         help="also the offset for a time, as kafka-get-offsets --time: epoch "
+                         "ms or ISO 8601 (the first record at or after it), earliest (-2), "
+                         "latest (-1) or max-timestamp (-3: the record with the largest "
+                         "timestamp)")
+    offsets.set_defaults(run=run_offsets)
 
     alter = actions.add_parser("alter", parents=[common],
                                help="add partitions, set or delete topic configs")
@@ -237,6 +263,8 @@ def run_describe(args: argparse.Namespace) -> int:
             status = EXIT_FAILURE
         else:
             topic["configs"] = overrides(entries)
+            if args.all_configs:
+                topic["all_configs"] = [config_json(e) for _, e in sorted(entries.items())]
         topics.append(topic)
     if args.json:
         print_json(topics)
@@ -287,6 +315,219 @@ def print_descriptions(topics: list[dict[str, Any]]) -> None:
         print_table(["partition", "leader", "replicas", "isr"],
                     [[p["partition"], p["leader"], p["replicas"], p["isr"]]
                      for p in topic["partitions"]])
+        if topic.get("all_configs") is not None:
+            print()
+            print(f"All configs for topic {topic['name']}:")
+            print_config_table(topic["all_configs"])
+
+
+# ---- configs as DescribeConfigs gives them (also for `odradek configs`) -------------------
+
+# Kafka's ConfigEntry.ConfigSource, by the number DescribeConfigs sends.
+CONFIG_SOURCES = {
+    0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
+    3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",
+    6: "DYNAMIC_BROKER_LOGGER_CONFIG", 7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG",
+}
+
+
+def source_name(source: Any) -> str:
+    number = int(getattr(source, "value", source))  # librdkafka's enum, or the number
+    return CONFIG_SOURCES.get(number, f"UNKNOWN({number})")
+
+
+def config_json(entry: Any) -> dict[str, Any]:
+    """A librdkafka ConfigEntry as the CLI shows it; a sensitive value is null.
+
+    Without its synonyms: confluent-kafka keeps them in a dict by name, so of a broker
+    config set at two levels (log.retention.ms on the broker and as the cluster default)
+    only one would show."""
+    return {
+        "name": entry.name,
+        "value": None if entry.is_sensitive else entry.value,
+        "source": source_name(entry.source),
+        "read_only": bool(entry.is_read_only),
+        "sensitive": bool(entry.is_sensitive),
+    }
+
+
+def shown_value(config: Mapping[str, Any]) -> str | None:
+    return "(sensitive)" if config["sensitive"] else config["value"]
+
+
+def print_config_table(configs: list[dict[str, Any]]) -> None:
+    if not configs:
+        print("(none)")
+        return
+    print_table(["name", "value", "source", "read-only", "sensitive"],
+                [[c["name"], shown_value(c), c["source"], str(c["read_only"]).lower(),
+                  str(c["sensitive"]).lower()] for c in configs])
+
+
+# ---- offsets -----------------------------------------------------------------------------
+
+# kafka-get-offsets --time: the names and the numbers Kafka's ListOffsets gives them.
+_TIME_SPECS = {"earliest": -2, "latest": -1, "max-timestamp": -3}
+
+
+def partition_list(text: str) -> list[int]:
+    try:
+        partitions = [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        partitions = []
+    if not partitions or min(partitions) < 0:
+        raise argparse.ArgumentTypeError(f"expected partition numbers such as 0,1,2, "
+                                         f"not {text!r}")
+    return partitions
+
+
+def offset_time(text: str) -> tuple[str, int]:
+    """(what the user asked, the ListOffsets timestamp): -1 latest, -2 earliest,
+    -3 max-timestamp, else epoch milliseconds."""
+    word = text.strip().lower()
+    if word in _TIME_SPECS:
+        return word, _TIME_SPECS[word]
+    if word.lstrip("-").isdigit():
+        ms = int(word)
+        for name, number in _TIME_SPECS.items():
+            if ms == number:
+                return name, number
+        if ms < 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: a negative time is -1 (latest), "
+                                             "-2 (earliest) or -3 (max-timestamp)")
+        return word, ms
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not epoch milliseconds, an ISO 8601 time (2024-05-01T12:00:00Z), "
+            "earliest, latest or max-timestamp") from None
+    return text.strip(), round(moment.timestamp() * 1000)
+
+
+def offset_spec(number: int) -> OffsetSpec:
+    if number == -1:
+        return OffsetSpec.latest()
+    if number == -2:
+        return OffsetSpec.earliest()
+    if number == -3:
+        return OffsetSpec.max_timestamp()
+    return OffsetSpec.for_timestamp(number)
+
+
+@command("topics offsets")
+def run_offsets(args: argparse.Namespace) -> int:
+    admin = Admin(args)
+    names: list[str] = list(dict.fromkeys(args.names))
+    descriptions = admin.results(
+        admin.client.describe_topics(TopicCollection(names), **admin.kwargs(False)))
+    status = 0
+    rows: list[dict[str, Any]] = []
+    wanted: dict[tuple[str, int], dict[str, Any]] = {}  # the rows to fill in
+    leaders: dict[tuple[str, int], Any] = {}  # their leaders (librdkafka Nodes)
+    for name in names:
+        description, error = descriptions[name]
+        if error is not None:
+            fail("offsets", name, admin.explain(error))
+            rows.append({"topic": name, "error": error_json(error)})
+            status = EXIT_FAILURE
+            continue
+        by_id = {p.id: p for p in description.partitions}
+        for p in args.partitions or sorted(by_id):
+            if p not in by_id:
+                fail("offsets", name, f"no partition {p} (it has {len(by_id)})")
+                rows.append({"topic": name, "partition": p, "error": {
+                    "code": "UNKNOWN_TOPIC_OR_PART", "message": f"no partition {p}"}})
+                status = EXIT_FAILURE
+                continue
+            row = {"topic": name, "partition": p,
+                   "leader": by_id[p].leader.id if by_id[p].leader is not None else None,
+                   "log_start_offset": None, "high_watermark": None, "size": None}
+            if args.time is not None:
+                row.update(offset=None, timestamp=None)
+            rows.append(row)
+            wanted[(name, p)] = row
+            if by_id[p].leader is not None:
+                leaders[(name, p)] = by_id[p].leader
+
+    specs = [("log_start_offset", OffsetSpec.earliest()), ("high_watermark", OffsetSpec.latest())]
+    if args.time is not None:
+        specs.append(("offset", offset_spec(args.time[1])))
+    failed: dict[tuple[str, int], str] = {}
+    for field, spec in specs if wanted else []:
+        results = admin.results(admin.client.list_offsets(
+            {TopicPartition(t, p): spec for t, p in wanted}, **admin.kwargs(False)))
+        for tp, (info, error) in results.items():
+            key = (tp.topic, tp.partition)
+            if error is not None:
+                failed.setdefault(key, admin.explain(error))
+                wanted[key]["error"] = error_json(error)
+                continue
+            wanted[key][field] = info.offset if info.offset >= 0 else None
+            if field == "offset":
+                wanted[key]["timestamp"] = info.timestamp if info.timestamp >= 0 else None
+    for (topic, p), message in failed.items():
+        fail("offsets", topic, f"partition {p}: {message}")
+        status = EXIT_FAILURE
+    if leaders and not partition_sizes(admin, args, leaders, wanted):
+        status = EXIT_FAILURE
+
+    if args.json:
+        print_json(rows)
+    else:
+        headers = ["topic", "partition", "log-start-offset", "high-watermark", "size"]
+        if args.time is not None:
+            headers += ["offset", "timestamp"]
+        print_table(headers, [[r.get(h.replace("-", "_")) for h in headers]
+                              for r in rows if "error" not in r])
+    return status
+
+
+def partition_sizes(admin: Admin, args: argparse.Namespace,
+                    leaders: Mapping[tuple[str, int], Any],
+                    rows: Mapping[tuple[str, int], dict[str, Any]]) -> bool:
+    """Fills in each partition's size: its leader's log, from the leader's DescribeLogDirs.
+    False when some leader could not tell (said on stderr)."""
+    try:
+        require_plaintext(client_config(args), "the size on disk (DescribeLogDirs)")
+    except CliError as e:
+        print(f"odradek topics offsets: no sizes: {e}", file=sys.stderr)
+        return True  # not a failure: a limit of this command, said once
+    by_broker: dict[int, list[tuple[str, int]]] = {}
+    nodes = {}
+    for tp, node in leaders.items():
+        by_broker.setdefault(node.id, []).append(tp)
+        nodes[node.id] = node
+    ok = True
+    for broker_id, partitions in sorted(by_broker.items()):
+        node = nodes[broker_id]
+        topics: dict[str, list[int]] = {}
+        for t, p in sorted(partitions):
+            topics.setdefault(t, []).append(p)
+        request = log_dirs_request.DescribeLogDirsRequest(topics=[
+            log_dirs_request.DescribableLogDirTopic(topic=t, partitions=ps)
+            for t, ps in topics.items()])
+        try:
+            response = cast(DescribeLogDirsResponse, send_request(
+                node.host, node.port, request, timeout=admin.timeout, node_id=broker_id))
+        except WireError as e:
+            print(f"odradek topics offsets: no sizes: {e}", file=sys.stderr)
+            ok = False
+            continue
+        if response.error_code != ErrorCode.NONE:
+            print(f"odradek topics offsets: no sizes from broker {broker_id}: "
+                  f"{ErrorCode(response.error_code).name}", file=sys.stderr)
+            ok = False
+            continue
+        for result in response.results:
+            if result.error_code != ErrorCode.NONE:
+                continue  # an offline dir holds no log this broker serves
+            for t in result.topics:
+                for p in t.partitions:
+                    row = rows.get((t.name, p.partition_index))
+                    if row is not None and not p.is_future_key:
+                        row["size"] = (row["size"] or 0) + p.partition_size
+    return ok
 
 
 # ---- alter -------------------------------------------------------------------------------

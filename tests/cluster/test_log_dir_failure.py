@@ -26,6 +26,7 @@ from support.cluster import Cluster, wait_until
 from support.replication import consume_with_offsets
 from zk_helpers import Recorder, StoreFactory
 
+from odradek.broker.admin import AdminManager
 from odradek.broker.inter_broker_client import RequestBuilder
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.cluster.kafka_controller import IsrChange, KafkaController
@@ -34,10 +35,12 @@ from odradek.cluster.zookeeper import ControllerMovedError
 from odradek.cluster.zookeeper import znodes as z
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
+from odradek.protocol.framing import decode_request, encode_request
 from odradek.protocol.message import Message
 from odradek.protocol.messages import leader_and_isr_response as lair
+from odradek.protocol.messages.describe_log_dirs_request import DescribeLogDirsRequest
 from odradek.protocol.records import SimpleRecord, build_record_batch
-from odradek.server.config import Listener
+from odradek.server.config import BrokerConfig, Listener
 from odradek.storage.config import LogConfig
 from odradek.storage.log_manager import LogManager, LogManagerConfig
 
@@ -100,6 +103,14 @@ def test_the_broker_answers_storage_error_for_replicas_in_a_failed_dir(tmp_path:
                                               ("events", 1): bytearray(records)})
         assert results[("events", 0)].error_code == ErrorCode.KAFKA_STORAGE_ERROR
         assert results[("events", 1)].error_code == ErrorCode.NONE
+        # DescribeLogDirs (kafka-log-dirs.sh, `odradek log-dirs describe`) shows which.
+        admin = AdminManager(BrokerConfig.default(), None, manager)  # type: ignore[arg-type]
+        request = decode_request(encode_request(DescribeLogDirsRequest(topics=None), 4, 1,
+                                                "test")[4:])
+        described: Any = admin.handle_describe_log_dirs(request, None)  # type: ignore[arg-type]
+        assert sorted((Path(r.log_dir), r.error_code, [t.name for t in r.topics])
+                      for r in described.results) == [
+            (dirs[0], ErrorCode.KAFKA_STORAGE_ERROR, []), (dirs[1], ErrorCode.NONE, ["events"])]
         # The controller asks again (its probe, or after a failover): the failed replica
         # answers KAFKA_STORAGE_ERROR and stays offline, whatever it is told; the other
         # one takes its new state.
