@@ -22,6 +22,7 @@ from odradek.broker.partition import FollowerReplica, Partition
 from odradek.broker.replica_fetcher import InitialFetchState, ReplicaFetcherManager
 from odradek.broker.replica_manager import (
     HIGH_WATERMARK_CHECKPOINT,
+    READ_COMMITTED,
     FetchPartitionRequest,
     FetchPartitionResult,
     ProducePartitionResult,
@@ -29,11 +30,18 @@ from odradek.broker.replica_manager import (
 )
 from odradek.cluster.metadata import PartitionState
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.records import SimpleRecord, build_record_batch, iter_batch_headers
+from odradek.protocol.records import (
+    SimpleRecord,
+    build_control_batch,
+    build_record_batch,
+    iter_batch_headers,
+)
 from odradek.storage.checkpoints import OffsetCheckpointFile
 from odradek.storage.config import LogConfig
 from odradek.storage.leader_epoch import EpochEntry
 from odradek.storage.log_manager import LogManager, LogManagerConfig
+from odradek.storage.log_validator import AppendOrigin
+from odradek.storage.txn_index import AbortedTxn
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -895,3 +903,122 @@ def test_a_checkpoint_before_the_partitions_are_created_keeps_their_hw(
         assert p.high_watermark == 4
     finally:
         again.shutdown()
+
+
+# ---- transactions: the last stable offset and read_committed fetches ----------------------
+
+TXN_PID, OTHER_PID = 4000, 5000
+
+
+def txn_batch(count: int, seq: int, pid: int = TXN_PID) -> bytearray:
+    now = int(time.time() * 1000)
+    return bytearray(build_record_batch(
+        [SimpleRecord(None, f"t{i}".encode(), timestamp=now) for i in range(count)],
+        producer_id=pid, producer_epoch=0, base_sequence=seq, is_transactional=True))
+
+
+def end_marker(commit: bool, pid: int = TXN_PID, coordinator_epoch: int = 0) -> bytearray:
+    return bytearray(build_control_batch(commit, pid, 0, coordinator_epoch,
+                                         int(time.time() * 1000)))
+
+
+async def fetch_committed(manager: ReplicaManager, offset: int) -> FetchPartitionResult:
+    (result,) = await manager.fetch_messages(
+        replica_id=CONSUMER, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+        isolation_level=READ_COMMITTED,
+        requests=[(TP, FetchPartitionRequest(offset, 1 << 20))])
+    return result
+
+
+def fetched_offsets(result: FetchPartitionResult) -> list[tuple[int, int]]:
+    data = b"".join(s.read() for s in result.slices)
+    return [(h.base_offset, h.last_offset) for _, h in iter_batch_headers(data)]
+
+
+def test_the_lso_is_the_hw_without_transactions_and_held_by_an_open_one(
+        logs: LogManager, clock: FakeClock) -> None:
+    partition = leader(logs, clock, isr=(ME, F2), replicas=(ME, F2))
+    append(partition, 3)
+    assert partition.last_stable_offset == partition.high_watermark == 0
+    fetched(partition, F2, 3)
+    assert partition.last_stable_offset == 3
+    partition.append_records_to_leader(txn_batch(2, 0), required_acks=1)  # 3-4
+    append(partition, 1)  # 5
+    fetched(partition, F2, 6)
+    assert (partition.high_watermark, partition.last_stable_offset) == (6, 3)
+    # The marker decides the transaction, but only its replication makes it stable.
+    partition.append_records_to_leader(end_marker(True), required_acks=-1,
+                                       origin=AppendOrigin.COORDINATOR)  # 6
+    assert partition.last_stable_offset == 3
+    fetched(partition, F2, 7)
+    assert (partition.high_watermark, partition.last_stable_offset) == (7, 7)
+
+
+def test_a_read_committed_fetch_stops_at_the_lso_with_the_aborted_list(
+        logs: LogManager, clock: FakeClock) -> None:
+    manager = new_replica_manager(logs, clock)
+    manager.make_leader(TOPIC, 0, TOPIC_ID, state(isr=(ME,), replicas=(ME,)))
+    manager.append_records(1, {TP: batch(2)})  # 0-1
+    manager.append_records(1, {TP: txn_batch(2, 0)})  # 2-3
+    manager.append_records(1, {TP: txn_batch(1, 0, OTHER_PID)})  # 4: stays open
+    (result,) = manager.append_records(
+        -1, {TP: end_marker(False)}, origin=AppendOrigin.COORDINATOR).values()  # 5
+    assert (result.error_code, result.base_offset) == (ErrorCode.NONE, 5)
+    manager.append_records(1, {TP: batch(1)})  # 6
+
+    async def body() -> tuple[FetchPartitionResult, FetchPartitionResult]:
+        return await fetch_committed(manager, 0), await fetch(manager, CONSUMER, 0)
+
+    committed, uncommitted = run(body)
+    assert committed.error_code == ErrorCode.NONE
+    assert (committed.high_watermark, committed.last_stable_offset) == (7, 4)
+    assert fetched_offsets(committed) == [(0, 1), (2, 3)]
+    assert committed.aborted_transactions == [(TXN_PID, 2)]
+    # read_uncommitted: up to the HW, no aborted list.
+    assert fetched_offsets(uncommitted)[-1] == (6, 6)
+    assert uncommitted.aborted_transactions is None
+    assert uncommitted.last_stable_offset == 4
+    manager.append_records(-1, {TP: end_marker(True, OTHER_PID)},
+                           origin=AppendOrigin.COORDINATOR)  # 7
+
+    async def after() -> FetchPartitionResult:
+        return await fetch_committed(manager, 4)
+
+    result = run(after)
+    assert result.last_stable_offset == 8
+    assert fetched_offsets(result) == [(4, 4), (5, 5), (6, 6), (7, 7)]
+    assert result.aborted_transactions == [(TXN_PID, 2)]  # it overlaps the range (to 5)
+
+
+def test_clients_cannot_append_markers_through_the_replica_manager(
+        logs: LogManager, clock: FakeClock) -> None:
+    manager = new_replica_manager(logs, clock)
+    manager.make_leader(TOPIC, 0, TOPIC_ID, state(isr=(ME,), replicas=(ME,)))
+    manager.append_records(1, {TP: txn_batch(1, 0)})
+    (result,) = manager.append_records(1, {TP: end_marker(True)}).values()
+    assert result.error_code == ErrorCode.INVALID_RECORD
+    assert manager.partitions[TP].last_stable_offset == 0
+
+
+def test_the_lso_survives_a_restart_with_the_checkpointed_hw(
+        log_dir: Path, clock: FakeClock) -> None:
+    logs = open_logs(log_dir)
+    manager = new_replica_manager(logs, clock)
+    manager.make_leader(TOPIC, 0, TOPIC_ID, state(isr=(ME,), replicas=(ME,)))
+    manager.append_records(1, {TP: batch(1)})  # 0
+    manager.append_records(1, {TP: txn_batch(2, 0)})  # 1-2
+    manager.append_records(-1, {TP: end_marker(False)}, origin=AppendOrigin.COORDINATOR)
+    manager.append_records(1, {TP: txn_batch(1, 0, OTHER_PID)})  # 4
+    assert manager.partitions[TP].last_stable_offset == 4
+    manager.shutdown()
+    logs.shutdown()
+    logs = open_logs(log_dir)
+    try:
+        manager = new_replica_manager(logs, clock)
+        manager.make_leader(TOPIC, 0, TOPIC_ID, state(isr=(ME,), replicas=(ME,)))
+        partition = manager.partitions[TP]
+        assert (partition.high_watermark, partition.last_stable_offset) == (5, 4)
+        assert partition.log.collect_aborted_transactions(0, 5) == [
+            AbortedTxn(TXN_PID, 1, 3, 4)]
+    finally:
+        logs.shutdown()

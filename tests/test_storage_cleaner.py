@@ -37,12 +37,14 @@ from odradek.storage.cleaner import (
     CleaningAbortedError,
     LogCleaner,
     OffsetMap,
+    cleanable_offsets,
     log_to_clean,
     rebuild_batch,
 )
 from odradek.storage.config import LogConfig
 from odradek.storage.index import _Index
 from odradek.storage.log import Log
+from odradek.storage.log_validator import AppendOrigin
 from odradek.storage.segment import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, LogSegment
 
 T0 = 1_700_000_000_000
@@ -987,3 +989,26 @@ def test_rebuild_batch_without_records_is_an_empty_batch() -> None:
     assert parsed.compression == 0 and len(empty) == 61
     assert parsed.base_timestamp == parsed.max_timestamp == header.max_timestamp
     assert cleaner_module.EMPTY_BATCH_SIZE == 61
+
+
+def test_an_undecided_transaction_holds_the_cleaner_back(tmp_path: Path) -> None:
+    """Kafka cleans below the last stable offset only: the records of a transaction not
+    decided yet may still be aborted, and what follows them waits too."""
+    clock = Clock()
+    log = open_log(tmp_path, clock)
+    put(log, (b"k", b"1"))
+    log.roll()
+    txn = put(log, (b"k", b"2"), producer_id=7, producer_epoch=0, base_sequence=0,
+              is_transactional=True)
+    log.roll()
+    put(log, (b"k", b"3"))
+    log.roll()
+    assert log.first_unstable_offset == txn
+    _, uncleanable, _ = cleanable_offsets(log, None, clock())
+    assert uncleanable == txn  # the base of the segment where the transaction starts
+    marker = build_control_batch(True, producer_id=7, producer_epoch=0, coordinator_epoch=0,
+                                 timestamp=clock())
+    log.append_as_leader(bytearray(marker), origin=AppendOrigin.COORDINATOR)
+    log.update_high_watermark(log.log_end_offset)
+    assert log.first_unstable_offset is None
+    assert cleanable_offsets(log, None, clock())[1] == log.segments()[-1].base_offset

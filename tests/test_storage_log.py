@@ -13,6 +13,7 @@ from odradek.protocol.records import (
     LOG_APPEND_TIME,
     RecordBatchHeader,
     SimpleRecord,
+    build_control_batch,
     build_record_batch,
     iter_batch_headers,
     validate_batch,
@@ -31,6 +32,8 @@ from odradek.storage.log import (
     Log,
     TimestampAndOffset,
 )
+from odradek.storage.log_validator import AppendOrigin
+from odradek.storage.txn_index import AbortedTxn
 
 T0 = 1_700_000_000_000
 DAY = 86_400_000
@@ -307,3 +310,49 @@ def test_a_compacted_log_refuses_records_without_key(tmp_path: Path) -> None:
     # A follower copies what its leader wrote, without judging it again.
     log.append_as_follower(bytearray(build_record_batch(keyless, base_offset=2)))
     assert log.log_end_offset == 3
+
+
+# ---- transactions: the last stable offset and read_committed reads -----------------------
+
+
+def _txn(n: int, seq: int, pid: int) -> bytearray:
+    records = [SimpleRecord(b"k%d" % i, b"v" * 100, timestamp=T0) for i in range(n)]
+    return bytearray(build_record_batch(records, producer_id=pid, producer_epoch=0,
+                                        base_sequence=seq, is_transactional=True))
+
+
+def _marker(commit: bool, pid: int) -> bytearray:
+    return bytearray(build_control_batch(commit, pid, 0, 0, T0))
+
+
+def test_the_lso_follows_markers_and_read_committed_reads_get_their_aborts(
+        tmp_path: Path) -> None:
+    log = open_log(tmp_path, index_interval_bytes="100")
+    log.append_as_leader(batch(2))  # 0-1
+    log.append_as_leader(_txn(2, 0, pid=7))  # 2-3
+    log.append_as_leader(_txn(1, 0, pid=8))  # 4
+    log.append_as_leader(_marker(False, pid=7), origin=AppendOrigin.COORDINATOR)  # 5
+    log.append_as_leader(batch(1))  # 6
+    log.update_high_watermark(log.log_end_offset)
+    assert log.first_unstable_offset == 4  # pid 8's transaction is still open
+    assert log.last_stable_offset(high_watermark=7) == 4
+    assert log.last_stable_offset(high_watermark=3) == 3
+    # A read_committed read stops at the LSO and carries the abort it overlaps.
+    info = log.read(0, 1 << 20, max_offset=log.last_stable_offset(7))
+    assert offsets_of(info.read()) == [(0, 1), (2, 3)]
+    assert log.aborted_transactions_of(info) == [AbortedTxn(7, 2, 5, 4)]
+    # Past the abort's range nothing is reported.
+    log.append_as_leader(_marker(True, pid=8), origin=AppendOrigin.COORDINATOR)  # 7
+    log.update_high_watermark(8)
+    assert log.first_unstable_offset is None and log.last_stable_offset(8) == 8
+    info = log.read(6, 1 << 20, max_offset=8)
+    assert offsets_of(info.read()) == [(6, 6), (7, 7)]
+    assert log.aborted_transactions_of(info) == []
+    # A small read: the bound is the first offset-index entry past what was read (as
+    # Kafka's fetchUpperBoundOffset), here batch 4's, so the abort from 2 is told too.
+    info = log.read(0, 1, max_offset=8)
+    assert offsets_of(info.read()) == [(0, 1)]
+    found = info.slices[0]
+    assert found.segment.fetch_upper_bound_offset(found.position, found.length) == 4
+    assert log.aborted_transactions_of(info) == [AbortedTxn(7, 2, 5, 4)]
+    assert log.aborted_transactions_of(log.read(8, 100, max_offset=8)) == []

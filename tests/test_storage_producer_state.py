@@ -16,6 +16,7 @@ from crc32c import crc32c
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.records import (
     SimpleRecord,
+    build_control_batch,
     build_record_batch,
     iter_batch_headers,
 )
@@ -24,9 +25,13 @@ from odradek.storage.config import LogConfig
 from odradek.storage.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from odradek.storage.log import Log
 from odradek.storage.log_manager import LogManager, LogManagerConfig
+from odradek.storage.log_validator import AppendOrigin
 from odradek.storage.producer_state import (
+    CompletedTxn,
     CorruptSnapshotError,
     ProducerStateEntry,
+    ProducerStateManager,
+    TransactionCoordinatorFencedError,
     decode_snapshot,
     encode_snapshot,
 )
@@ -496,3 +501,84 @@ def test_the_cleaner_keeps_the_last_batch_of_an_active_producer(tmp_path: Path) 
     assert state(log) == (0, 1, [(1, 1, 1, 1)])
     assert log.append_as_leader(keyed(b"d", b"1", producer_id=PID, producer_epoch=0,
                                       base_sequence=1)).duplicate
+
+
+# ---- transactions ------------------------------------------------------------------------
+
+
+def txn_batch(n: int, seq: int, *, pid: int = PID, epoch: int = 0) -> bytearray:
+    records = [SimpleRecord(b"k%d" % i, b"v", timestamp=T0) for i in range(n)]
+    return bytearray(build_record_batch(records, producer_id=pid, producer_epoch=epoch,
+                                        base_sequence=seq, is_transactional=True))
+
+
+def end_marker(commit: bool, *, pid: int = PID, epoch: int = 0,
+               coordinator_epoch: int = 0) -> bytearray:
+    return bytearray(build_control_batch(commit, pid, epoch, coordinator_epoch, T0))
+
+
+def test_snapshots_round_trip_ongoing_transactions_and_coordinator_epochs(
+        tmp_path: Path) -> None:
+    clock = Clock()
+    log = open_log(tmp_path, clock)
+    log.append_as_leader(txn_batch(2, 0, pid=OTHER))  # 0-1: OTHER opens at 0
+    log.append_as_leader(end_marker(True, pid=OTHER, coordinator_epoch=9),
+                         origin=AppendOrigin.COORDINATOR)  # 2
+    log.append_as_leader(idem(1, 0, pid=3000))  # 3: idempotent only
+    log.append_as_leader(txn_batch(3, 0))  # 4-6: PID opens at 4
+    log.close()
+    entries = {e.producer_id: e for e in decode_snapshot(
+        (log.directory / f"{7:020d}.snapshot").read_bytes())}
+    assert entries[PID].current_txn_first_offset == 4
+    assert entries[PID].coordinator_epoch == -1
+    assert entries[OTHER].current_txn_first_offset == -1
+    assert entries[OTHER].coordinator_epoch == 9
+    assert entries[3000].current_txn_first_offset == -1
+    # The bytes of an entry with an open transaction round trip exactly.
+    assert encode_snapshot(decode_snapshot(encode_snapshot(entries.values()))) == \
+        encode_snapshot(entries.values())
+    # Loaded, the open transaction is ongoing again (Kafka's loadProducerEntry).
+    manager = ProducerStateManager(log.directory, log.name, [7])
+    assert manager.load_latest_snapshot(clock()) == 7
+    assert list(manager.ongoing_txns) == [4] and manager.first_unstable_offset == 4
+    log = open_log(tmp_path, clock)
+    assert log.first_unstable_offset == 4
+    with pytest.raises(TransactionCoordinatorFencedError):
+        log.append_as_leader(end_marker(False, pid=OTHER, coordinator_epoch=8),
+                             origin=AppendOrigin.COORDINATOR)
+    info = log.append_as_leader(end_marker(False, coordinator_epoch=9),
+                                origin=AppendOrigin.COORDINATOR)
+    assert info.first_offset == 7
+    log.update_high_watermark(8)
+    assert log.first_unstable_offset is None
+
+
+def test_a_producer_with_an_open_transaction_never_expires(tmp_path: Path) -> None:
+    clock = Clock()
+    log = open_log(tmp_path, clock)
+    log.append_as_leader(txn_batch(1, 0))
+    log.append_as_leader(idem(1, 0, pid=OTHER))
+    clock.now += 2 * DAY
+    assert log.remove_expired_producers() == 1
+    assert set(log.active_producers()) == {PID} and log.first_unstable_offset == 0
+
+
+def test_the_manager_orders_ongoing_transactions_and_keeps_completed_until_the_hw(
+        tmp_path: Path) -> None:
+    manager = ProducerStateManager(tmp_path, "events-0")
+    manager.loaded = True
+    for pid, offset in ((PID, 5), (OTHER, 8)):
+        header = next(iter_batch_headers(build_record_batch(
+            [SimpleRecord(b"k", b"v", timestamp=T0)], base_offset=offset, producer_id=pid,
+            producer_epoch=0, base_sequence=0, is_transactional=True)))[1]
+        manager.replay(header)
+    assert list(manager.ongoing_txns) == [5, 8] and manager.first_unstable_offset == 5
+    seen: list[tuple[CompletedTxn, int]] = []
+    control = next(iter_batch_headers(build_control_batch(False, PID, 0, 0, T0, 9)))[1]
+    manager.replay(control, (0, 0), lambda txn, lso: seen.append((txn, lso)))
+    assert seen == [(CompletedTxn(PID, 5, 9, True), 8)]  # OTHER's transaction holds the LSO
+    assert manager.first_unstable_offset == 5  # not replicated yet
+    manager.on_high_watermark_updated(9)
+    assert manager.first_unstable_offset == 5
+    manager.on_high_watermark_updated(10)
+    assert manager.first_unstable_offset == 8

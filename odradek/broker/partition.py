@@ -11,6 +11,12 @@ shrink never lets the HW pass a record the leaving replica may be missing.
 
 As a follower it takes the leader's records with their offsets and epochs (the replica
 fetcher calls it) and follows the leader's HW.
+
+Transactions (KIP-98): the last stable offset (LSO) is the smaller of the HW and the log's
+first unstable offset (the first offset of the oldest transaction not decided, or decided
+with its marker not yet below the HW); read_committed consumers read up to it and are told
+the aborted transactions of what they read. Every HW change is passed on to the log, which
+then counts the transactions whose markers it passed as stable.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import KafkaError
 from odradek.storage.errors import OffsetOutOfRangeError
 from odradek.storage.log import FetchDataInfo, Log, LogAppendInfo, system_clock
+from odradek.storage.log_validator import AppendOrigin
+from odradek.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +58,9 @@ class LogReadResult:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    last_stable_offset: int = -1
+    # read_committed reads: the aborted transactions overlapping what was read.
+    aborted_transactions: list[AbortedTxn] | None = None
 
 
 @dataclass(slots=True)
@@ -110,6 +121,7 @@ class Partition:
         # has everything from there (it has the records of earlier epochs the new leader
         # kept, and this epoch's new ones).
         self.leader_epoch_start_offset = -1
+        self._high_watermark = -1
         # A restart takes the checkpointed HW (never above the log end): consumers see
         # nothing that was not committed before.
         end = log.log_end_offset
@@ -136,9 +148,19 @@ class Partition:
         return self.isr + [b for b in self.pending_isr if b not in self.isr]
 
     @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, value: int) -> None:
+        self._high_watermark = value
+        # Completed transactions become stable once the HW passes their markers.
+        self.log.update_high_watermark(value)
+
+    @property
     def last_stable_offset(self) -> int:
-        # Without open transactions the last stable offset is the high watermark.
-        return self.high_watermark
+        """min(first unstable offset, HW): what read_committed consumers may read."""
+        return self.log.last_stable_offset(self.high_watermark)
 
     # ---- leadership (LeaderAndIsr) ------------------------------------------------------
 
@@ -195,8 +217,11 @@ class Partition:
 
     # ---- the leader: produce ------------------------------------------------------------
 
-    def append_records_to_leader(self, records: bytearray | memoryview,
-                                 required_acks: int) -> LogAppendInfo:
+    def append_records_to_leader(self, records: bytearray | memoryview | bytes,
+                                 required_acks: int, *,
+                                 origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
+        """Appends to the leader's log: a client's batches, or a coordinator's (origin
+        COORDINATOR: transaction markers, which only the broker writes)."""
         if not self.is_leader:
             raise NotLeaderOrFollowerError(
                 f"broker {self.node_id} is not the leader of {self.topic}-{self.index}")
@@ -206,7 +231,7 @@ class Partition:
                 f"{self.topic}-{self.index} has {len(self.isr)} in-sync replicas, fewer than "
                 f"min.insync.replicas={min_isr}"
             )
-        info = self.log.append_as_leader(records, self.leader_epoch)
+        info = self.log.append_as_leader(records, self.leader_epoch, origin=origin)
         self.maybe_increment_high_watermark()
         return info
 
@@ -343,11 +368,18 @@ class Partition:
     # ---- reads and the leader's other requests ------------------------------------------
 
     def read(self, offset: int, max_bytes: int, *, up_to_committed: bool,
-             min_one_message: bool) -> LogReadResult:
-        """Reads from `offset`; consumers see nothing at or above the high watermark."""
+             min_one_message: bool, read_committed: bool = False) -> LogReadResult:
+        """Reads from `offset`; consumers see nothing at or above the high watermark, and
+        read_committed ones (with `up_to_committed`) nothing at or above the last stable
+        offset, and get the aborted transactions of what they read."""
         hw = self.high_watermark
-        info = self.log.read(offset, max_bytes, hw if up_to_committed else None, min_one_message)
-        return LogReadResult(info, hw, self.log.log_start_offset, self.log.log_end_offset)
+        lso = self.last_stable_offset
+        committed = up_to_committed and read_committed
+        limit = (lso if committed else hw) if up_to_committed else None
+        info = self.log.read(offset, max_bytes, limit, min_one_message)
+        aborted = self.log.aborted_transactions_of(info) if committed else None
+        return LogReadResult(info, hw, self.log.log_start_offset, self.log.log_end_offset,
+                             lso, aborted)
 
     def delete_records_on_leader(self, offset: int) -> int:
         """DeleteRecords: records below `offset` (-1: the high watermark) become unreadable.

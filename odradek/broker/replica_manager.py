@@ -34,6 +34,7 @@ from odradek.storage.config import LogConfig
 from odradek.storage.errors import InvalidConfigError, OffsetOutOfRangeError, StorageError
 from odradek.storage.log import system_clock
 from odradek.storage.log_manager import LogManager
+from odradek.storage.log_validator import AppendOrigin
 from odradek.storage.segment import FileSlice
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ TopicPartition = tuple[str, int]
 LeadershipListener = Callable[[str, int, list[int], list[int]], None]
 CONSUMER_REPLICA_ID = -1  # Fetch's replica id for consumers; followers send their node id
 DEBUGGING_REPLICA_ID = -2  # tools that read any replica up to its log end
+READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 # New replicas' logs created, or deleted logs removed, per worker-thread call: a shutdown
@@ -107,6 +109,9 @@ class FetchPartitionResult:
     log_start_offset: int = -1
     slices: list[FileSlice] = field(default_factory=list)  # the records, in the files
     size: int = 0
+    # read_committed consumers: (producer id, first offset) of each aborted transaction
+    # overlapping the records read (Fetch v4+'s aborted_transactions); None otherwise.
+    aborted_transactions: list[tuple[int, int]] | None = None
 
 
 class Purgatory:
@@ -632,8 +637,11 @@ class ReplicaManager:
         return errors
 
     def append_records(self, required_acks: int,
-                       entries: dict[TopicPartition, bytearray | memoryview | None]
+                       entries: dict[TopicPartition, bytearray | memoryview | bytes | None],
+                       *, origin: AppendOrigin = AppendOrigin.CLIENT,
                        ) -> dict[TopicPartition, ProducePartitionResult]:
+        """Appends to the leaders' logs without waiting for the ISR. `origin` COORDINATOR
+        is the broker's coordinators (they alone may write transaction markers)."""
         results: dict[TopicPartition, ProducePartitionResult] = {}
         for tp, records in entries.items():
             partition = self.partitions.get(tp)
@@ -651,7 +659,8 @@ class ReplicaManager:
                     ErrorCode.CORRUPT_MESSAGE, error_message="the request carries no records")
                 continue
             try:
-                info = partition.append_records_to_leader(records, required_acks)
+                info = partition.append_records_to_leader(records, required_acks,
+                                                          origin=origin)
             except Exception as e:  # every failure is this partition's answer, not the request's
                 results[tp] = self._append_failure(partition, e)
                 continue
@@ -703,7 +712,8 @@ class ReplicaManager:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
         while True:
-            results = self.read_from_local_logs(replica_id, max_bytes, requests)
+            results = self.read_from_local_logs(replica_id, max_bytes, requests,
+                                                isolation_level)
             size = sum(r.size for r in results)
             remaining = deadline - loop.time()
             if (size >= min_bytes or remaining <= 0 or self.shutting_down
@@ -714,14 +724,19 @@ class ReplicaManager:
     def read_from_local_logs(
         self, replica_id: int, max_bytes: int,
         requests: list[tuple[TopicPartition, FetchPartitionRequest]],
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> list[FetchPartitionResult]:
+        """Reads each partition: followers up to the log end, consumers up to the high
+        watermark, read_committed consumers up to the last stable offset (with the
+        aborted transactions of what they read)."""
         # KIP-74: the response limit is soft for the first batch of the first partition
         # with data, so a consumer always progresses; after it, limits are hard.
         remaining = max_bytes
         min_one_message = True
         results = []
         for tp, request in requests:
-            result = self._read_partition(tp, request, replica_id, remaining, min_one_message)
+            result = self._read_partition(tp, request, replica_id, remaining, min_one_message,
+                                          isolation_level == READ_COMMITTED)
             if result.size:
                 remaining = max(0, remaining - result.size)
                 min_one_message = False
@@ -729,8 +744,8 @@ class ReplicaManager:
         return results
 
     def _read_partition(self, tp: TopicPartition, request: FetchPartitionRequest,
-                        replica_id: int, limit: int, min_one_message: bool
-                        ) -> FetchPartitionResult:
+                        replica_id: int, limit: int, min_one_message: bool,
+                        read_committed: bool = False) -> FetchPartitionResult:
         partition = self.partitions.get(tp)
         if partition is None:
             return FetchPartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -746,6 +761,7 @@ class ReplicaManager:
                 request.fetch_offset, min(request.max_bytes, limit),
                 up_to_committed=replica_id == CONSUMER_REPLICA_ID,
                 min_one_message=min_one_message,
+                read_committed=read_committed,
             )
         except OffsetOutOfRangeError:
             plog = partition.log
@@ -758,7 +774,10 @@ class ReplicaManager:
                 replica_id, request.fetch_offset, request.log_start_offset,
                 read.log_end_offset):
             self._partition_changed(tp)
+        aborted = (None if read.aborted_transactions is None else
+                   [(t.producer_id, t.first_offset) for t in read.aborted_transactions])
         return FetchPartitionResult(
             ErrorCode.NONE, partition.high_watermark, partition.last_stable_offset,
             read.log_start_offset, read.info.slices, read.info.size,
+            aborted_transactions=aborted,
         )

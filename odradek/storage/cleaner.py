@@ -43,7 +43,8 @@ needs: a .swap segment replaces the old segments whose base offsets are below it
 offset. As Kafka, the last data batch of each active idempotent producer is kept too, empty
 if none of its records survives (its header holds the producer id, epoch and sequences),
 so that the producer state rebuilt from the log after a crash still has it. Aborted
-transactional records are kept like committed ones (no transaction index yet).
+transactional records are kept like committed ones; the `.txnindex` entries of the
+replaced segments are carried to the cleaned one.
 
 Each group (consecutive segments whose output fits segment.bytes, an offset range of
 2^31 - 1 as Kafka's, and the index files) is written as a new `.cleaned` segment,
@@ -273,7 +274,8 @@ def _first_batch_timestamp(segment: LogSegment) -> int:
 def cleanable_offsets(log: Log, checkpoint: int | None, now: int) -> tuple[int, int, bool]:
     """(first dirty offset, first uncleanable offset, whether the checkpoint was reset),
     as Kafka's LogCleanerManager.cleanableOffsets. The first uncleanable offset is the
-    base of the segment holding it."""
+    base of the segment holding it: the active segment's, or an earlier one's where an
+    undecided transaction starts or min.compaction.lag.ms holds records back."""
     segments = log.segments()
     log_start = log.log_start_offset
     reset = False
@@ -284,6 +286,11 @@ def cleanable_offsets(log: Log, checkpoint: int | None, now: int) -> tuple[int, 
         first_dirty, reset = log_start, checkpoint is not None
     active = segments[-1]
     uncleanable = active.base_offset
+    # Never past an undecided transaction (Kafka cleans below the last stable offset):
+    # its records are not known to be kept or aborted yet.
+    first_unstable = log.first_unstable_offset
+    if first_unstable is not None:
+        uncleanable = min(uncleanable, first_unstable)
     lag = log.config.min_compaction_lag_ms
     if lag > 0:
         for segment in _segments_between(segments[:-1], first_dirty, uncleanable):
@@ -519,6 +526,11 @@ class Cleaner:
             if dropped_last is not None:
                 self._append(out, rebuild_batch(dropped_last, []), group[-1])
                 result.empty_batches_written += 1
+            # Every marker is copied (transactional cleaning rules come later), so the
+            # aborts recorded in the replaced segments' .txnindex stay true of the copy.
+            for segment in group:
+                for txn in segment.txn_index.entries:
+                    out.txn_index.append(txn)
             if out.size == 0:  # only empty segments: nothing to swap in
                 out.delete_files()
                 return i

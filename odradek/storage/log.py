@@ -13,6 +13,15 @@ snapshot at or below the log end, then batch headers from there on), so that ope
 log stays a directory listing. After a clean shutdown the newest snapshot is at the log
 end and is trusted as is; after a crash the state is rebuilt during recovery.
 
+Transactions (KIP-98): the producer state keeps the ongoing transactions; a marker (a
+control batch, appended by the coordinators with origin COORDINATOR, or copied by a
+follower) completes one, and an abort is recorded in its segment's `.txnindex` with the
+last stable offset after it. `first_unstable_offset` is where the oldest undecided (or
+decided but not yet replicated: `update_high_watermark`) transaction starts; the
+partition's last stable offset is the smaller of it and the high watermark.
+`collect_aborted_transactions` answers read_committed fetches. Recovery rebuilds the
+`.txnindex` of every segment it re-validates, from the producer state at its base.
+
 Thread safety: appends, rolls and segment changes hold the log's lock; reads take a
 snapshot of the segment list and then read files without it, as appends only ever add
 bytes after what a reader can see.
@@ -42,6 +51,7 @@ from odradek.protocol.records import (
     Record,
     RecordBatchHeader,
     assign_offsets,
+    decode_control_record,
     decode_records,
     iter_batch_headers,
     set_log_append_time,
@@ -66,6 +76,8 @@ from odradek.storage.log_validator import AppendOrigin, RecordValidation, valida
 from odradek.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     BatchMetadata,
+    CompletedTxn,
+    ControlInfo,
     ProducerAppendInfo,
     ProducerStateEntry,
     ProducerStateManager,
@@ -78,6 +90,7 @@ from odradek.storage.segment import (
     FileSlice,
     LogSegment,
 )
+from odradek.storage.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +101,8 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 
-_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)((?:\.deleted|\.cleaned|\.swap)?)$")
+_SEGMENT_FILE = re.compile(
+    r"^(\d{20})\.(log|index|timeindex|txnindex)((?:\.deleted|\.cleaned|\.swap)?)$")
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 _PRODUCER_SCAN_CHUNK = 64 * 1024  # loading producer state reads the log this much at a time
 _LENGTH_MAGIC_PRODUCER = struct.Struct(">8xi4xb26xq")  # batchLength, magic, producerId
@@ -195,6 +209,9 @@ class Log:
         # written at the log end then, and every append since had no producer id (one with
         # would have loaded the state), so that snapshot is the state at the log end.
         self._snapshot_at_end = snapshot_at_end
+        # The partition's high watermark as last told (update_high_watermark): completed
+        # transactions stay unstable until it passes their markers. None: never told.
+        self._high_watermark: int | None = None
 
     # ---- opening ----------------------------------------------------------------------
 
@@ -245,11 +262,28 @@ class Log:
         torn or corrupt batch (later segments included)."""
         start = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
         expected = None
+        # The producer state at the first segment recovered: each recovered segment's
+        # batches are replayed into it, rebuilding the segment's .txnindex on the way.
+        state: ProducerStateManager | None = None
+        try:
+            state = self._producer_state_at(self._bases[start])
+        except (OSError, StorageError, ProtocolError) as e:
+            log.warning("%s: cannot load the producer state below %d to rebuild the "
+                        ".txnindex of the recovered segments; keeping them as they are: %s",
+                        self.name, self._bases[start], e)
         for i in range(start, len(self._segments)):
             segment = self._segments[i]
             size = segment.size
             truncated = segment.recover(expected)
             expected = segment.next_offset() if segment.size else expected
+            if state is not None:
+                try:
+                    segment.txn_index.reset()
+                    self._replay_segment(state, segment, record_aborts=True)
+                except (OSError, StorageError, ProtocolError) as e:
+                    log.warning("%s: cannot rebuild %s: %s", self.name,
+                                segment.txn_index.path.name, e)
+                    state = None
             if i < len(self._segments) - 1:
                 segment.offset_index.trim_to_valid_size()
                 segment.time_index.trim_to_valid_size()
@@ -278,9 +312,13 @@ class Log:
         self.recovery_point = min(self.recovery_point, end)
         # Epochs recorded for batches the crash lost must not outlive them.
         self.leader_epoch_cache.truncate_from_end(end)
-        # Producer state: snapshots past the recovered end describe lost batches; the rest
-        # is rebuilt now, while recovery has the segments in the page cache.
+        # Producer state: snapshots past the recovered end describe lost batches. The
+        # state replayed above served the .txnindex; the state kept is, as before
+        # transactions, the newest snapshot left and the batches after it, loaded now
+        # while recovery has the segments in the page cache.
         self.producer_state.delete_snapshots_after(end)
+        self.producer_state.reset(loaded=False)
+        self._snapshot_at_end = False
         try:
             self.flush()
             self._producers().take_snapshot(end)
@@ -343,6 +381,7 @@ class Log:
         if buf.readonly:
             buf = memoryview(bytearray(buf))
         batches, idempotent = self._validate(buf, from_client=True, origin=origin)
+        controls = _control_infos(buf, batches, strict=True)
         with self._lock:
             self._check_writable(len(buf), from_client=True)
             now = self.clock()
@@ -350,7 +389,9 @@ class Log:
             append_time = now if self.config.message_timestamp_type == "LogAppendTime" else -1
             updates: list[ProducerAppendInfo] = []
             if idempotent:  # batches without a producer id skip all of this
-                updates, duplicate = self._check_producers(batches, first, append_time)
+                updates, duplicate = self._check_producers(
+                    batches, first, append_time, controls,
+                    from_client=origin is AppendOrigin.CLIENT)
                 if duplicate is not None:
                     return self._duplicate_info(duplicate, append_time)
             appends = []
@@ -368,18 +409,41 @@ class Log:
                 self.leader_epoch_cache.assign(leader_epoch, first)
             for update in updates:  # only once the batches are written
                 self.producer_state.update(update)
+            completed = sorted((c for u in updates for c in u.completed),
+                               key=lambda c: c.last_offset)
+            for txn in completed:
+                self._complete_txn(txn)
             return info
 
     def _check_producers(self, batches: list[tuple[int, RecordBatchHeader]], first: int,
-                         append_time: int) -> tuple[list[ProducerAppendInfo], BatchMetadata | None]:
-        """Producer epochs and sequences of a client request, at the offsets it will get."""
+                         append_time: int, controls: dict[int, ControlInfo], *,
+                         from_client: bool,
+                         ) -> tuple[list[ProducerAppendInfo], BatchMetadata | None]:
+        """Producer epochs and sequences (and markers' coordinator epochs) of a leader's
+        request, at the offsets it will get."""
         items = []
         offset = first
-        for _, header in batches:
+        for pos, header in batches:
             timestamp = append_time if append_time >= 0 else header.max_timestamp
-            items.append((header, offset, timestamp))
+            items.append((header, offset, timestamp, controls.get(pos)))
             offset += header.last_offset_delta + 1
-        return self._producers().prepare_appends(items)
+        return self._producers().prepare_appends(items, from_client=from_client)
+
+    def _complete_txn(self, txn: CompletedTxn) -> None:
+        """A marker was written: an abort goes into its segment's .txnindex with the last
+        stable offset after it (Kafka's updateTxnIndex), then the transaction is decided."""
+        state = self.producer_state
+        if txn.is_aborted:
+            lso = state.last_stable_offset_after(txn)
+            segment = self._segments[max(0, bisect.bisect_right(self._bases, txn.last_offset) - 1)]
+            try:
+                segment.txn_index.append(
+                    AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
+            except OSError as e:
+                # The marker is in the log but read_committed readers would not know the
+                # transaction aborted: this log must not be trusted until it is recovered.
+                raise self._write_failed(e, undone=False) from e
+        state.complete_txn(txn)
 
     def _duplicate_info(self, duplicate: BatchMetadata, append_time: int) -> LogAppendInfo:
         return LogAppendInfo(
@@ -393,6 +457,7 @@ class Log:
         """Appends batches whose offsets a leader assigned (replication, recovery tools)."""
         buf = memoryview(records)
         batches, idempotent = self._validate(buf, from_client=False)
+        controls = _control_infos(buf, batches, strict=False) if idempotent else {}
         with self._lock:
             self._check_writable(len(buf), from_client=False)
             first = batches[0][1].base_offset
@@ -411,8 +476,10 @@ class Log:
                     self.leader_epoch_cache.assign(header.partition_leader_epoch,
                                                    header.base_offset)
             if producers is not None:
-                for _, header in batches:  # the leader checked them
-                    producers.replay(header)
+                segment = self._segments[-1]
+                for pos, header in batches:  # the leader checked them
+                    producers.replay(header, controls.get(pos),
+                                     _abort_recorder(segment) if header.is_control else None)
             return info
 
     def _validate(self, buf: memoryview, from_client: bool,
@@ -883,25 +950,115 @@ class Log:
         # truncation, a corrupt newest snapshot) the batches after the snapshot are replayed.
         if not (self._snapshot_at_end and loaded_at == newest):
             start = max(self.log_start_offset, 0 if loaded_at is None else loaded_at)
-            for header in self._batch_headers_from(start):
-                state.replay(header)
+            for header, control in self._batch_headers_from(start):
+                state.replay(header, control)
+        if self._high_watermark is not None:
+            state.on_high_watermark_updated(self._high_watermark)
         state.loaded = True
         self._snapshot_at_end = False
 
-    def _batch_headers_from(self, start: int) -> Iterator[RecordBatchHeader]:
-        """Headers of the batches with a producer id holding offsets >= start, to the log
-        end; their records are never decoded."""
+    def _producer_state_at(self, offset: int) -> ProducerStateManager:
+        """Recovery: the producer state (not marked loaded) for the offsets below
+        `offset`, a segment's base: the newest snapshot at or below it, then the batches
+        from there to it."""
+        state = self.producer_state
+        loaded_at = state.load_latest_snapshot(self.clock(), at_most=offset)
+        start = max(self.log_start_offset, 0 if loaded_at is None else loaded_at)
+        if start < offset:
+            for header, control in self._batch_headers_from(start, offset):
+                state.replay(header, control)
+        return state
+
+    def _replay_segment(self, state: ProducerStateManager, segment: LogSegment, *,
+                        record_aborts: bool) -> None:
+        """Replays a segment's producer batches; aborts go into its .txnindex."""
+        recorder = _abort_recorder(segment) if record_aborts else None
+        for header, position in _producer_batch_headers(segment, 0):
+            control = _read_control(segment, header, position) if header.is_control else None
+            state.replay(header, control, recorder if header.is_control else None)
+
+    def _batch_headers_from(self, start: int, end: int | None = None,
+                            ) -> Iterator[tuple[RecordBatchHeader, ControlInfo | None]]:
+        """Headers of the batches with a producer id holding offsets >= start (and below
+        `end`, a segment base, when given), to the log end, with the record of each control
+        batch; other records are never decoded."""
         first = max(0, bisect.bisect_right(self._bases, start) - 1)
         for segment in self._segments[first:]:
+            if end is not None and segment.base_offset >= end:
+                return
             position = 0
             if segment.base_offset < start:
                 found = segment.translate_offset(start)
                 if found is None:
                     continue
                 position = found.position
-            for header in _producer_batch_headers(segment, position):
+            for header, pos in _producer_batch_headers(segment, position):
                 if header.last_offset >= start:
-                    yield header
+                    control = _read_control(segment, header, pos) if header.is_control else None
+                    yield header, control
+
+    # ---- transactions -----------------------------------------------------------------
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest transaction not decided yet, or decided but with
+        its marker not below the high watermark yet (update_high_watermark); None when
+        there is none; never below the log start offset (as Kafka: a transaction whose
+        start was deleted holds back only what is left). Loads the producer state if it is
+        not (a snapshot read)."""
+        with self._lock:
+            first = self._producers().first_unstable_offset
+            return None if first is None else max(first, self.log_start_offset)
+
+    def update_high_watermark(self, high_watermark: int) -> None:
+        """The partition's high watermark moved (or was set): transactions whose markers
+        are below it are stable now (Kafka's onHighWatermarkUpdated)."""
+        with self._lock:
+            self._high_watermark = high_watermark
+            if self.producer_state.loaded:
+                self.producer_state.on_high_watermark_updated(high_watermark)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The offset below which every transaction is decided and replicated: the first
+        unstable offset when it is below the high watermark, else the high watermark."""
+        first = self.first_unstable_offset
+        return high_watermark if first is None or first >= high_watermark else first
+
+    def collect_aborted_transactions(self, start_offset: int,
+                                     upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start_offset, upper_bound_offset): the
+        .txnindex entries of the segment holding start_offset and of the later ones, until
+        one says no later abort can start below the bound (Kafka's
+        collectAbortedTransactions)."""
+        segments = self.segments()
+        bases = [s.base_offset for s in segments]
+        first = max(0, bisect.bisect_right(bases, start_offset) - 1)
+        aborted: list[AbortedTxn] = []
+        for segment in segments[first:]:
+            try:
+                found = segment.txn_index.collect_aborted(start_offset, upper_bound_offset)
+            except (OSError, StorageError) as e:
+                raise self._read_failed(e) from e
+            aborted += found.aborted
+            if found.is_complete:
+                break
+        return aborted
+
+    def aborted_transactions_of(self, info: FetchDataInfo) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed consumer needs for what `info` holds:
+        from its fetch offset to an offset past its batches (the first offset-index entry
+        past them, else the next segment's base, else the log end), as Kafka's
+        addAbortedTransactions."""
+        if not info.slices:
+            return []
+        found = info.slices[-1]
+        segment = found.segment
+        upper = segment.fetch_upper_bound_offset(found.position, found.length)
+        if upper is None:
+            with self._lock:
+                later = [b for b in self._bases if b > segment.base_offset]
+                upper = later[0] if later else self.log_end_offset
+        return self.collect_aborted_transactions(info.fetch_offset, upper)
 
     def active_producers(self) -> dict[int, ProducerStateEntry]:
         """The producers the log knows, by producer id (copies): for DescribeProducers,
@@ -955,11 +1112,54 @@ class Log:
             self.directory.rmdir()
 
 
-def _producer_batch_headers(segment: LogSegment, position: int) -> Iterator[RecordBatchHeader]:
-    """Headers of the batches with a producer id, from `position` to the end of the
-    segment, read in chunks. Other batches cost one small unpack (length, magic, producer
-    id) and no object; records are never decoded, and a batch that runs past the chunk is
-    skipped by position, so the next read starts after it."""
+def _control_infos(buf: memoryview, batches: list[tuple[int, RecordBatchHeader]], *,
+                   strict: bool) -> dict[int, ControlInfo]:
+    """The record of each control batch with a producer id, by the batch's position. A
+    leader refuses a marker it cannot read (`strict`); a follower trusts its leader and
+    takes an unreadable one as an unknown control record."""
+    controls: dict[int, ControlInfo] = {}
+    for pos, header in batches:
+        if header.is_control and header.producer_id >= 0:
+            try:
+                controls[pos] = _decode_control(buf, pos, header)
+            except ProtocolError:
+                if strict:
+                    raise
+                controls[pos] = (-1, -1)
+    return controls
+
+
+def _decode_control(buf: bytes | memoryview, pos: int, header: RecordBatchHeader) -> ControlInfo:
+    records = decode_records(buf, pos, header)
+    if not records:
+        raise CorruptRecordError("a control batch without its control record")
+    control_type, coordinator_epoch = decode_control_record(records[0])
+    return control_type, -1 if coordinator_epoch is None else coordinator_epoch
+
+
+def _read_control(segment: LogSegment, header: RecordBatchHeader, position: int) -> ControlInfo:
+    """The control record of the control batch at `position` of `segment`."""
+    try:
+        return _decode_control(segment.pread(position, header.size_in_bytes), 0, header)
+    except ProtocolError:
+        return -1, -1  # recovery validated the batch: an unknown control record
+
+
+def _abort_recorder(segment: LogSegment) -> Callable[[CompletedTxn, int], None]:
+    """For replay: records completed aborts in `segment`'s .txnindex."""
+    def record(txn: CompletedTxn, last_stable_offset: int) -> None:
+        if txn.is_aborted:
+            segment.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset,
+                                                txn.last_offset, last_stable_offset))
+    return record
+
+
+def _producer_batch_headers(segment: LogSegment, position: int,
+                            ) -> Iterator[tuple[RecordBatchHeader, int]]:
+    """Headers of the batches with a producer id, and their positions, from `position` to
+    the end of the segment, read in chunks. Other batches cost one small unpack (length,
+    magic, producer id) and no object; records are never decoded, and a batch that runs
+    past the chunk is skipped by position, so the next read starts after it."""
     size = segment.size
     peek = _LENGTH_MAGIC_PRODUCER.unpack_from
     while position < size:
@@ -970,7 +1170,7 @@ def _producer_batch_headers(segment: LogSegment, position: int) -> Iterator[Reco
             length, magic, producer_id = peek(chunk, pos)
             if producer_id >= 0 or magic != CURRENT_MAGIC_VALUE or length < MIN_BATCH_LENGTH:
                 header = RecordBatchHeader.parse(chunk, pos)  # raises for a bad header
-                yield header
+                yield header, position + pos
             pos += length + LOG_OVERHEAD
         if pos == 0:
             return  # less than a header left: a torn end, which recovery has cut
@@ -1004,10 +1204,14 @@ def _complete_interrupted_operations(directory: Path, config: LogConfig) -> None
                 swaps.append(int(match.group(1)))
             else:
                 swap_indexes.append((int(match.group(1)), name))
-    # Index .swap files without their .log.swap: the swap went live; the indexes are rebuilt.
+    # Index .swap files without their .log.swap: the swap went live; the offset and time
+    # indexes are rebuilt, the .txnindex (which only the swap's writer knew) goes live too.
     for base, name in swap_indexes:
         if base not in swaps:
-            (directory / name).unlink()
+            if name.endswith(TXN_INDEX_SUFFIX + SWAP_SUFFIX):
+                os.replace(directory / name, directory / name.removesuffix(SWAP_SUFFIX))
+            else:
+                (directory / name).unlink()
     for base in swaps:
         swap = _segment(directory, base, config, active=False, now=0, suffix=SWAP_SUFFIX)
         swap.rebuild_indexes()  # its indexes may be missing; this also validates it

@@ -3,11 +3,20 @@ ProducerAppendInfo and BatchMetadata.
 
 For every producer id that wrote to the log (batches with producerId >= 0) the log keeps
 the producer epoch, the metadata of its last 5 batches (sequences, offsets, timestamp),
-the coordinator epoch and the first offset of its open transaction (both kept for the
-snapshot format; transactions come later) and the last timestamp, for expiry. A client
-append is checked against it before anything is written: a retry of one of the cached
-batches is a duplicate (acknowledged with the original offsets), an older epoch is
-INVALID_PRODUCER_EPOCH, a gap or an old retry is OUT_OF_ORDER_SEQUENCE_NUMBER.
+the coordinator epoch of the last transaction marker, the first offset of its open
+transaction and the last timestamp, for expiry. A client append is checked against it
+before anything is written: a retry of one of the cached batches is a duplicate
+(acknowledged with the original offsets), an older epoch is INVALID_PRODUCER_EPOCH, a gap
+or an old retry is OUT_OF_ORDER_SEQUENCE_NUMBER.
+
+Transactions (KIP-98): a transactional batch (attributes bit 4) opens its producer's
+transaction at its first offset; a control batch (bit 5, a COMMIT or ABORT marker the
+coordinator writes) ends it and yields a CompletedTxn. A marker whose coordinator epoch
+is older than the last one seen for the producer is TRANSACTION_COORDINATOR_FENCED. The
+manager keeps the ongoing transactions by first offset and, as Kafka's unreplicatedTxns,
+the completed ones until the high watermark passes their marker: the smallest first
+offset of both is the first unstable offset, which bounds what read_committed consumers
+see (the last stable offset).
 
 Snapshots are Kafka's `<20-digit offset>.snapshot` files, the state of the producers for
 every offset below that one:
@@ -31,14 +40,20 @@ import logging
 import re
 import struct
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 from crc32c import crc32c
 
-from odradek.protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE, RecordBatchHeader
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.records import (
+    NO_PRODUCER_EPOCH,
+    NO_SEQUENCE,
+    ControlRecordType,
+    RecordBatchHeader,
+)
 from odradek.storage.checkpoints import TMP_SUFFIX, write_durably
 from odradek.storage.errors import (
     InvalidProducerEpochError,
@@ -65,6 +80,44 @@ _SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")
 class CorruptSnapshotError(StorageError):
     """A snapshot file that is not one Kafka would write; the log ignores it, deletes it
     and rebuilds the state from an older snapshot and the log. Never reaches a client."""
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    """A transaction marker whose coordinator epoch is older than the last one the log saw
+    for its producer: written by a coordinator that lost its partition of
+    __transaction_state (a zombie). Kafka's TransactionCoordinatorFencedException."""
+
+    error_code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
+
+
+class InvalidTxnStateError(StorageError):
+    """A non-transactional batch from a producer whose transaction is open (Kafka's
+    InvalidTxnStateException)."""
+
+    error_code = ErrorCode.INVALID_TXN_STATE
+
+
+# What a control batch's record says: (control type, coordinator epoch); the epoch is -1
+# for control records other than COMMIT and ABORT.
+ControlInfo = tuple[int, int]
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction ended by a marker at `last_offset` (Kafka's CompletedTxn)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    is_aborted: bool
+
+
+@dataclass(slots=True)
+class TxnMetadata:
+    """An ongoing (last_offset None) or completed-but-not-yet-stable transaction."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int | None = None
 
 
 def snapshot_file_name(offset: int) -> str:
@@ -146,39 +199,60 @@ class ProducerStateEntry:
                                           timestamp))  # the deque drops the oldest of 5
         self.last_timestamp = timestamp
 
-    def end_transaction(self, epoch: int, timestamp: int) -> None:
-        """A control batch (COMMIT/ABORT marker). Its coordinator epoch is in the record,
-        which is not read here; transactions will bring it."""
+    def end_transaction(self, epoch: int, control: ControlInfo | None, offset: int,
+                        timestamp: int) -> CompletedTxn | None:
+        """A control batch at `offset` (a COMMIT/ABORT marker): ends the open transaction,
+        if any (Kafka's appendEndTxnMarker: a marker without data completes nothing)."""
+        completed = None
+        control_type, coordinator_epoch = control if control is not None else (-1, -1)
+        first = self.current_txn_first_offset
+        if first >= 0 and control_type in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+            completed = CompletedTxn(self.producer_id, first, offset,
+                                     control_type == ControlRecordType.ABORT)
         self._set_epoch(epoch)
         self.last_timestamp = timestamp
-        self.current_txn_first_offset = NO_TXN_FIRST_OFFSET
+        if control_type in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+            self.current_txn_first_offset = NO_TXN_FIRST_OFFSET
+            self.coordinator_epoch = coordinator_epoch
+        return completed
 
 
 class ProducerAppendInfo:
     """One producer's state as the batches of a request would leave it: each batch is
     checked against the state its predecessors left, so several batches of a producer in
     one request are checked cumulatively. Nothing changes until ProducerStateManager.update,
-    which the log calls only once the batches are written."""
+    which the log calls only once the batches are written. `transactions` are the
+    transactions the request opens, `completed` those its markers end (in offset order)."""
 
-    __slots__ = ("entry", "log_name", "producer_id")
+    __slots__ = ("completed", "entry", "log_name", "producer_id", "transactions")
 
     def __init__(self, producer_id: int, current: ProducerStateEntry | None,
                  log_name: str) -> None:
         self.producer_id = producer_id
         self.entry = current.copy() if current is not None else ProducerStateEntry(producer_id)
         self.log_name = log_name
+        self.transactions: list[TxnMetadata] = []
+        self.completed: list[CompletedTxn] = []
 
-    def append_data_batch(self, epoch: int, first_seq: int, last_seq: int, first_offset: int,
-                          last_offset: int, timestamp: int) -> None:
-        """Kafka's checkProducerEpoch and checkSequence for a client batch, then the batch."""
-        entry = self.entry
-        current = entry.producer_epoch
+    def _check_epoch(self, epoch: int, offset: int) -> None:
+        current = self.entry.producer_epoch
         if epoch < current:
             raise InvalidProducerEpochError(
-                f"epoch {epoch} of producer {self.producer_id} at offset {first_offset} in "
+                f"epoch {epoch} of producer {self.producer_id} at offset {offset} in "
                 f"{self.log_name} is older than the last seen epoch {current}"
             )
-        if epoch != current:
+
+    def append_data_batch(self, epoch: int, first_seq: int, last_seq: int, first_offset: int,
+                          last_offset: int, timestamp: int, is_transactional: bool = False,
+                          *, check_sequence: bool = True) -> None:
+        """Kafka's checkProducerEpoch and checkSequence for a client batch (the sequence
+        only for clients: a coordinator's batches carry none), then the batch."""
+        entry = self.entry
+        current = entry.producer_epoch
+        self._check_epoch(epoch, first_offset)
+        if not check_sequence:
+            pass
+        elif epoch != current:
             # A new epoch starts at sequence 0; a producer the log knows nothing about
             # (current epoch -1: never seen, or expired) may start anywhere.
             if first_seq != 0 and current != NO_PRODUCER_EPOCH:
@@ -192,7 +266,31 @@ class ProducerAppendInfo:
                 f"out of order sequence {first_seq} of producer {self.producer_id} at offset "
                 f"{first_offset} in {self.log_name}: the last sequence is {entry.last_seq}"
             )
+        if entry.current_txn_first_offset >= 0 and not is_transactional:
+            raise InvalidTxnStateError(
+                f"non-transactional batch of producer {self.producer_id} at offset "
+                f"{first_offset} in {self.log_name} while its transaction from offset "
+                f"{entry.current_txn_first_offset} is open"
+            )
         entry.add_batch(epoch, first_seq, last_seq, first_offset, last_offset, timestamp)
+        if is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = first_offset
+            self.transactions.append(TxnMetadata(self.producer_id, first_offset))
+
+    def append_end_txn_marker(self, epoch: int, control: ControlInfo, offset: int,
+                              timestamp: int) -> None:
+        """A coordinator's marker: Kafka's checkProducerEpoch and checkCoordinatorEpoch."""
+        self._check_epoch(epoch, offset)
+        coordinator_epoch = control[1]
+        if self.entry.coordinator_epoch > coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"invalid coordinator epoch for producer {self.producer_id} at offset "
+                f"{offset} in {self.log_name}: {coordinator_epoch} (zombie), "
+                f"{self.entry.coordinator_epoch} (current)"
+            )
+        completed = self.entry.end_transaction(epoch, control, offset, timestamp)
+        if completed is not None:
+            self.completed.append(completed)
 
 
 class ProducerStateManager:
@@ -211,6 +309,11 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerStateEntry] = {}
         self.loaded = False
         self._snapshots = sorted(set(snapshot_offsets))
+        # Ongoing transactions by first offset, kept in offset order (Kafka's ongoingTxns),
+        # and completed ones whose marker the high watermark has not passed yet (Kafka's
+        # unreplicatedTxns): both hold the last stable offset back.
+        self.ongoing_txns: dict[int, TxnMetadata] = {}
+        self.unreplicated_txns: dict[int, TxnMetadata] = {}
 
     @classmethod
     def from_file_names(cls, directory: Path, log_name: str, names: Iterable[str], *,
@@ -234,21 +337,25 @@ class ProducerStateManager:
         return self.producers.get(producer_id)
 
     def prepare_appends(
-        self, batches: Iterable[tuple[RecordBatchHeader, int, int]],
+        self, batches: Iterable[tuple[RecordBatchHeader, int, int, ControlInfo | None]],
+        *, from_client: bool = True,
     ) -> tuple[list[ProducerAppendInfo], BatchMetadata | None]:
-        """Checks a client request's batches, given as (header, first offset, timestamp).
-        Returns the producers' updated states, or the cached batch the request duplicates
-        (then nothing is to be written: Kafka acknowledges a request at its first
-        duplicate batch). Raises InvalidProducerEpochError / OutOfOrderSequenceError."""
+        """Checks a leader's batches, given as (header, first offset, timestamp, control
+        record of a control batch). Returns the producers' updated states, or the cached
+        batch a client request duplicates (then nothing is to be written: Kafka
+        acknowledges a request at its first duplicate batch). A coordinator's batches
+        (`from_client` False) are not matched against retries and carry no sequences.
+        Raises InvalidProducerEpochError / OutOfOrderSequenceError / InvalidTxnStateError /
+        TransactionCoordinatorFencedError."""
         infos: dict[int, ProducerAppendInfo] = {}
-        for header, first_offset, timestamp in batches:
+        for header, first_offset, timestamp, control in batches:
             producer_id = header.producer_id
             if producer_id < 0:
                 continue
             first_seq, last_seq = header.base_sequence, header.last_sequence
             # Against the state before this request, as Kafka's findDuplicateBatch.
             current = self.producers.get(producer_id)
-            if current is not None:
+            if current is not None and from_client:
                 duplicate = current.find_duplicate(header.producer_epoch, first_seq, last_seq)
                 if duplicate is not None:
                     return [], duplicate
@@ -256,16 +363,74 @@ class ProducerStateManager:
             if info is None:
                 info = infos[producer_id] = ProducerAppendInfo(producer_id, current,
                                                                self.log_name)
-            info.append_data_batch(header.producer_epoch, first_seq, last_seq, first_offset,
-                                   first_offset + header.last_offset_delta, timestamp)
+            if header.is_control:
+                info.append_end_txn_marker(header.producer_epoch,
+                                           control if control is not None else (-1, -1),
+                                           first_offset, timestamp)
+            else:
+                info.append_data_batch(header.producer_epoch, first_seq, last_seq,
+                                       first_offset, first_offset + header.last_offset_delta,
+                                       timestamp, header.is_transactional,
+                                       check_sequence=from_client)
         return list(infos.values()), None
 
     def update(self, info: ProducerAppendInfo) -> None:
+        """Applies a checked producer's state once its batches are written; the
+        transactions it opened become ongoing. Its completed ones are ended by the log
+        with complete_txn, after it has used last_stable_offset_after for the index."""
         self.producers[info.producer_id] = info.entry
+        for txn in info.transactions:
+            self._add_ongoing(txn)
 
-    def replay(self, header: RecordBatchHeader) -> None:
-        """Applies a batch already in the log (loading, follower appends) without the
-        client's checks: the leader made them. Offsets are the header's."""
+    def _add_ongoing(self, txn: TxnMetadata) -> None:
+        ongoing = self.ongoing_txns
+        if ongoing and txn.first_offset < next(reversed(ongoing)):
+            ongoing[txn.first_offset] = txn  # out of order (never in practice): re-sort
+            self.ongoing_txns = dict(sorted(ongoing.items()))
+        else:
+            ongoing[txn.first_offset] = txn
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """The last stable offset once `completed` ends (Kafka's lastStableOffset(txn)): the
+        first offset of the oldest other ongoing transaction, or just past the marker. It
+        goes into the aborted-transaction index entry."""
+        for txn in self.ongoing_txns.values():
+            if txn.producer_id != completed.producer_id:
+                return txn.first_offset
+        return completed.last_offset + 1
+
+    def complete_txn(self, completed: CompletedTxn) -> None:
+        """The transaction is decided; it stays unstable until the high watermark passes
+        its marker (on_high_watermark_updated)."""
+        txn = self.ongoing_txns.pop(completed.first_offset, None)
+        if txn is None:
+            txn = TxnMetadata(completed.producer_id, completed.first_offset)
+        txn.last_offset = completed.last_offset
+        self.unreplicated_txns[completed.first_offset] = txn
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Completed transactions whose marker is below the high watermark are stable."""
+        if self.unreplicated_txns:
+            self.unreplicated_txns = {
+                first: txn for first, txn in self.unreplicated_txns.items()
+                if txn.last_offset is None or txn.last_offset >= high_watermark}
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The smallest first offset of an ongoing or not yet replicated transaction."""
+        first = next(iter(self.ongoing_txns), None)
+        if self.unreplicated_txns:
+            oldest = min(self.unreplicated_txns)
+            first = oldest if first is None else min(first, oldest)
+        return first
+
+    def replay(self, header: RecordBatchHeader, control: ControlInfo | None = None,
+               on_completed: Callable[[CompletedTxn, int], None] | None = None) -> None:
+        """Applies a batch already in the log (loading, follower appends, recovery)
+        without the client's checks: the leader made them. Offsets are the header's;
+        `control` is a control batch's record. A transaction it completes is passed to
+        `on_completed` with the last stable offset after it (for the aborted-transaction
+        index) and then completed."""
         producer_id = header.producer_id
         if producer_id < 0:
             return
@@ -273,10 +438,18 @@ class ProducerStateManager:
         if entry is None:
             entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
         if header.is_control:
-            entry.end_transaction(header.producer_epoch, header.max_timestamp)
+            completed = entry.end_transaction(header.producer_epoch, control,
+                                              header.base_offset, header.max_timestamp)
+            if completed is not None:
+                if on_completed is not None:
+                    on_completed(completed, self.last_stable_offset_after(completed))
+                self.complete_txn(completed)
         else:
             entry.add_batch(header.producer_epoch, header.base_sequence, header.last_sequence,
                             header.base_offset, header.last_offset, header.max_timestamp)
+            if header.is_transactional and entry.current_txn_first_offset < 0:
+                entry.current_txn_first_offset = header.base_offset
+                self._add_ongoing(TxnMetadata(producer_id, header.base_offset))
 
     def is_expired(self, entry: ProducerStateEntry, now: int) -> bool:
         # A producer with an open transaction stays until the transaction ends.
@@ -295,6 +468,8 @@ class ProducerStateManager:
         """Empties the state; `loaded` says whether empty is the truth (a log started over)
         or the state must be loaded again (after a truncation)."""
         self.producers = {}
+        self.ongoing_txns = {}
+        self.unreplicated_txns = {}
         self.loaded = loaded
 
     # ---- snapshots --------------------------------------------------------------------
@@ -322,13 +497,20 @@ class ProducerStateManager:
         bisect.insort(self._snapshots, offset)
         return path
 
-    def load_latest_snapshot(self, now: int) -> int | None:
-        """Replaces the state with the newest readable snapshot, without producers expired
-        by `now`; corrupt snapshots are deleted and the next older one tried. Returns its
-        offset, or None when there is none (the state is then empty)."""
+    def load_latest_snapshot(self, now: int, at_most: int | None = None) -> int | None:
+        """Replaces the state with the newest readable snapshot (at or below `at_most` when
+        given), without producers expired by `now`; corrupt snapshots are deleted and the
+        next older one tried. Returns its offset, or None when there is none (the state is
+        then empty)."""
         self.producers = {}
-        while self._snapshots:
-            offset = self._snapshots[-1]
+        self.ongoing_txns = {}
+        self.unreplicated_txns = {}
+        while True:
+            candidates = (self._snapshots if at_most is None
+                          else self._snapshots[:bisect.bisect_right(self._snapshots, at_most)])
+            if not candidates:
+                return None
+            offset = candidates[-1]
             path = self.snapshot_path(offset)
             try:
                 entries = read_snapshot(path)
@@ -338,8 +520,12 @@ class ProducerStateManager:
                 self._delete(offset)
                 continue
             self.producers = {e.producer_id: e for e in entries if not self.is_expired(e, now)}
+            # Kafka's loadProducerEntry: an open transaction is ongoing again.
+            for first, pid in sorted((e.current_txn_first_offset, e.producer_id)
+                                     for e in self.producers.values()
+                                     if e.current_txn_first_offset >= 0):
+                self.ongoing_txns[first] = TxnMetadata(pid, first)
             return offset
-        return None
 
     def delete_snapshots_after(self, offset: int) -> None:
         """Snapshots of offsets the log no longer has (truncation, crash recovery)."""

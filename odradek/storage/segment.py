@@ -1,4 +1,5 @@
-"""LogSegment: one .log file of record batches and its two indexes.
+"""LogSegment: one .log file of record batches, its two indexes and its aborted-transaction
+index (.txnindex, created by the first abort whose marker lands in the segment).
 
 Batches are written exactly as they were validated, so a segment is byte-compatible with
 Kafka's. Reads return FileSlices (file, position, length) for the server to sendfile,
@@ -25,6 +26,7 @@ from odradek.protocol.records import (
 from odradek.storage.errors import DiskFullError, SegmentChangedError, StorageError
 from odradek.storage.index import NO_TIMESTAMP, CorruptIndexError, OffsetIndex, TimeIndex
 from odradek.storage.log_dir import is_no_space
+from odradek.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -104,6 +106,8 @@ class LogSegment:
             directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX + suffix),
             base_offset, max_index_size, writable=active,
         )
+        self.txn_index = TransactionIndex(
+            directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX + suffix), base_offset)
         self._fd: int | None = None
         self._size: int | None = None
         # The largest timestamp in the segment and the last offset of its batch; for a
@@ -134,9 +138,11 @@ class LogSegment:
 
     def create(self) -> None:
         """Creates the .log file now: its name records the base offset on disk, so offsets
-        continue from it even when the segment stays empty (after retention emptied a log)."""
+        continue from it even when the segment stays empty (after retention emptied a log).
+        A .txnindex left at this base by an interrupted deletion is not this segment's."""
         self.fileno()
         self._size = 0
+        self.txn_index.reset()
 
     @property
     def size(self) -> int:
@@ -158,6 +164,7 @@ class LogSegment:
         try:
             self.offset_index.flush()
             self.time_index.flush()
+            self.txn_index.flush()
         except OSError as e:
             if not is_no_space(e):
                 raise
@@ -180,14 +187,16 @@ class LogSegment:
             self._fd = None
 
     def paths(self) -> list[Path]:
-        return [self.log_path, self.offset_index.path, self.time_index.path]
+        return [self.log_path, self.offset_index.path, self.time_index.path,
+                self.txn_index.path]
 
     def rename_suffix(self, old: str, new: str) -> None:
-        """Renames all three files, e.g. from '' to '.deleted' or from '.swap' to ''."""
+        """Renames all four files, e.g. from '' to '.deleted' or from '.swap' to ''."""
         for path, setter in (
             (self.log_path, self._set_log_path),
             (self.offset_index.path, self.offset_index.rename),
             (self.time_index.path, self.time_index.rename),
+            (self.txn_index.path, self.txn_index.rename),
         ):
             name = path.name.removesuffix(old) if old else path.name
             setter(path.with_name(name + new))
@@ -199,8 +208,27 @@ class LogSegment:
 
     def delete_files(self) -> None:
         self.close_handles()
+        self.txn_index.delete()
         for path in self.paths():
             path.unlink(missing_ok=True)
+
+    def fetch_upper_bound_offset(self, position: int, size: int) -> int | None:
+        """An offset beyond every batch of the `size` bytes read from `position` (Kafka's
+        fetchUpperBoundOffset): that of the first offset-index entry at or past their
+        end; None when the index has none (then the next segment's base bounds them)."""
+        try:
+            index = self.offset_index
+            n = index.entries
+            lo, hi, found = 0, n - 1, -1
+            while lo <= hi:
+                mid = (lo + hi) // 2
+                if index.entry(mid)[1] >= position + size:
+                    found, hi = mid, mid - 1
+                else:
+                    lo = mid + 1
+            return None if found < 0 else self.base_offset + index.entry(found)[0]
+        except CorruptIndexError:
+            return None
 
     # ---- appends ----------------------------------------------------------------------
 
@@ -483,6 +511,7 @@ class LogSegment:
         self.time_index.make_writable()
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         removed = self.size - batch.position
         os.ftruncate(self.fileno(), batch.position)
         self._size = batch.position

@@ -1,0 +1,201 @@
+"""The transaction APIs' handlers: requests in, TransactionCoordinator calls, responses out.
+
+InitProducerId (with and without a transactional id), AddPartitionsToTxn (the client's
+v0-3, and the batched v4+ of partition leaders with verify_only, KIP-890),
+AddOffsetsToTxn, EndTxn, DescribeTransactions and ListTransactions (KIP-664). Clients
+before KIP-588 (InitProducerId < v4, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn < v2)
+do not know PRODUCER_FENCED: they are told INVALID_PRODUCER_EPOCH, as Kafka does.
+FindCoordinator with key type TRANSACTION is the group APIs' (it needs the topic).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, cast
+
+from odradek.cluster.controller import Controller
+from odradek.coordinator.transaction.transaction_coordinator import (
+    TransactionCoordinator,
+    TransactionResult,
+)
+from odradek.coordinator.transaction.transaction_metadata import TopicPartition
+from odradek.protocol.api_keys import ApiKey
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.framing import Request
+from odradek.protocol.message import Message
+from odradek.protocol.messages import (
+    add_offsets_to_txn_request,
+    add_offsets_to_txn_response,
+    add_partitions_to_txn_request,
+    add_partitions_to_txn_response,
+    describe_transactions_request,
+    describe_transactions_response,
+    end_txn_request,
+    end_txn_response,
+    init_producer_id_request,
+    init_producer_id_response,
+    list_transactions_request,
+    list_transactions_response,
+)
+from odradek.server.config import BrokerConfig
+from odradek.server.network import RequestContext
+
+log = logging.getLogger(__name__)
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+
+
+def _fenced_for(version: int, first_version_with_fenced: int, error: int) -> int:
+    """PRODUCER_FENCED as an older client understands it (KIP-588)."""
+    if error == ErrorCode.PRODUCER_FENCED and version < first_version_with_fenced:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return error
+
+
+class TransactionApis:
+    def __init__(self, config: BrokerConfig, coordinator: TransactionCoordinator,
+                 controller: Controller) -> None:
+        self.config = config
+        self.coordinator = coordinator
+        self.controller = controller
+
+    def handlers(self) -> dict[int, Callable[[Request, RequestContext], Any]]:
+        return {
+            ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
+            ApiKey.ADD_PARTITIONS_TO_TXN: self.handle_add_partitions_to_txn,
+            ApiKey.ADD_OFFSETS_TO_TXN: self.handle_add_offsets_to_txn,
+            ApiKey.END_TXN: self.handle_end_txn,
+            ApiKey.DESCRIBE_TRANSACTIONS: self.handle_describe_transactions,
+            ApiKey.LIST_TRANSACTIONS: self.handle_list_transactions,
+        }
+
+    def _known(self, topic: str, partition: int) -> bool:
+        metadata = self.controller.topics.get(topic)
+        return metadata is not None and partition in metadata.partitions
+
+    # ---- InitProducerId ---------------------------------------------------------------
+
+    async def handle_init_producer_id(self, request: Request,
+                                      context: RequestContext) -> Message:
+        body = cast(init_producer_id_request.InitProducerIdRequest, request.body)
+        version = request.api_version
+        pid, epoch = body.producer_id, body.producer_epoch
+        if (pid == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):
+            # Both or neither (KIP-360).
+            return init_producer_id_response.InitProducerIdResponse(
+                error_code=ErrorCode.INVALID_REQUEST, producer_id=NO_PRODUCER_ID,
+                producer_epoch=NO_PRODUCER_EPOCH)
+        expected = None if pid == NO_PRODUCER_ID else (pid, epoch)
+        result = await self.coordinator.handle_init_producer_id(
+            body.transactional_id, body.transaction_timeout_ms, expected)
+        return init_producer_id_response.InitProducerIdResponse(
+            error_code=_fenced_for(version, 4, result.error), producer_id=result.producer_id,
+            producer_epoch=result.producer_epoch)
+
+    # ---- AddPartitionsToTxn -----------------------------------------------------------
+
+    async def handle_add_partitions_to_txn(self, request: Request,
+                                           context: RequestContext) -> Message:
+        body = cast(add_partitions_to_txn_request.AddPartitionsToTxnRequest, request.body)
+        version = request.api_version
+        if version < 4:
+            results = await self._add_partitions(
+                version, body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
+                body.v3_and_below_producer_epoch, body.v3_and_below_topics, verify_only=False)
+            return add_partitions_to_txn_response.AddPartitionsToTxnResponse(
+                results_by_topic_v3_and_below=results)
+        transactions = []
+        for t in body.transactions:
+            results = await self._add_partitions(version, t.transactional_id, t.producer_id,
+                                                 t.producer_epoch, t.topics, t.verify_only)
+            transactions.append(add_partitions_to_txn_response.AddPartitionsToTxnResult(
+                transactional_id=t.transactional_id, topic_results=results))
+        return add_partitions_to_txn_response.AddPartitionsToTxnResponse(
+            results_by_transaction=transactions)
+
+    async def _add_partitions(
+            self, version: int, transactional_id: str, producer_id: int, producer_epoch: int,
+            topics: list[add_partitions_to_txn_request.AddPartitionsToTxnTopic],
+            verify_only: bool
+    ) -> list[add_partitions_to_txn_response.AddPartitionsToTxnTopicResult]:
+        wanted: list[TopicPartition] = list(dict.fromkeys(
+            (t.name, p) for t in topics for p in t.partitions))
+        unknown = [tp for tp in wanted if not self._known(*tp)]
+        errors: dict[TopicPartition, int]
+        if unknown:
+            # One bad partition fails the whole request: the others were not attempted.
+            errors = dict.fromkeys(wanted, int(ErrorCode.OPERATION_NOT_ATTEMPTED))
+            errors.update(dict.fromkeys(unknown, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
+        elif verify_only:
+            errors = self.coordinator.handle_verify_partitions(
+                transactional_id, producer_id, producer_epoch, wanted)
+        else:
+            error = await self.coordinator.handle_add_partitions(
+                transactional_id, producer_id, producer_epoch, wanted)
+            errors = dict.fromkeys(wanted, _fenced_for(version, 2, error))
+        by_topic: dict[str, list[add_partitions_to_txn_response.AddPartitionsToTxnPartitionResult]]
+        by_topic = {}
+        for (topic, index), error in errors.items():
+            by_topic.setdefault(topic, []).append(
+                add_partitions_to_txn_response.AddPartitionsToTxnPartitionResult(
+                    partition_index=index, partition_error_code=error))
+        return [add_partitions_to_txn_response.AddPartitionsToTxnTopicResult(
+            name=name, results_by_partition=results) for name, results in by_topic.items()]
+
+    # ---- AddOffsetsToTxn, EndTxn ------------------------------------------------------
+
+    async def handle_add_offsets_to_txn(self, request: Request,
+                                        context: RequestContext) -> Message:
+        body = cast(add_offsets_to_txn_request.AddOffsetsToTxnRequest, request.body)
+        error = await self.coordinator.handle_add_offsets(
+            body.transactional_id, body.producer_id, body.producer_epoch, body.group_id)
+        return add_offsets_to_txn_response.AddOffsetsToTxnResponse(
+            error_code=_fenced_for(request.api_version, 2, error))
+
+    async def handle_end_txn(self, request: Request, context: RequestContext) -> Message:
+        body = cast(end_txn_request.EndTxnRequest, request.body)
+        version = request.api_version
+        result = TransactionResult.COMMIT if body.committed else TransactionResult.ABORT
+        error = await self.coordinator.handle_end_transaction(
+            body.transactional_id, body.producer_id, body.producer_epoch, result)
+        response = end_txn_response.EndTxnResponse(error_code=_fenced_for(version, 2, error))
+        if version >= 5 and error == ErrorCode.NONE:
+            # Transaction version 1: the producer keeps its id and epoch.
+            response.producer_id = body.producer_id
+            response.producer_epoch = body.producer_epoch
+        return response
+
+    # ---- DescribeTransactions, ListTransactions ---------------------------------------
+
+    def handle_describe_transactions(self, request: Request,
+                                     context: RequestContext) -> Message:
+        body = cast(describe_transactions_request.DescribeTransactionsRequest, request.body)
+        states = []
+        for tid in body.transactional_ids:
+            d = self.coordinator.handle_describe_transactions(tid)
+            if d.error:  # the rest keeps the schema's defaults, as Kafka answers
+                states.append(describe_transactions_response.TransactionState(
+                    error_code=d.error, transactional_id=tid))
+                continue
+            states.append(describe_transactions_response.TransactionState(
+                error_code=d.error, transactional_id=tid, transaction_state=d.state,
+                transaction_timeout_ms=d.txn_timeout_ms,
+                transaction_start_time_ms=d.txn_start_timestamp, producer_id=d.producer_id,
+                producer_epoch=d.producer_epoch,
+                topics=[describe_transactions_response.TopicData(topic=topic, partitions=ids)
+                        for topic, ids in d.topic_partitions.items()]))
+        return describe_transactions_response.DescribeTransactionsResponse(
+            transaction_states=states)
+
+    def handle_list_transactions(self, request: Request, context: RequestContext) -> Message:
+        body = cast(list_transactions_request.ListTransactionsRequest, request.body)
+        error, unknown, listed = self.coordinator.handle_list_transactions(
+            body.producer_id_filters, body.state_filters,
+            body.duration_filter if request.api_version >= 1 else -1)
+        return list_transactions_response.ListTransactionsResponse(
+            error_code=error, unknown_state_filters=unknown,
+            transaction_states=[list_transactions_response.TransactionState(
+                transactional_id=t.transactional_id, producer_id=t.producer_id,
+                transaction_state=t.state) for t in listed])
