@@ -18,6 +18,11 @@ from odradek.broker.apis import KafkaApis, supported_range
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.producer_ids import ProducerIdManager
 from odradek.coordinator.group.apis import GroupApis
+from odradek.coordinator.transaction.transaction_coordinator import TransactionCoordinator
+from odradek.coordinator.transaction.transaction_state_manager import (
+    TransactionConfig,
+    TransactionStateManager,
+)
 from odradek.protocol.api_keys import API_SPECS, ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.framing import Request
@@ -34,6 +39,7 @@ from odradek.protocol.messages import (
     offset_delete_request,
     offset_fetch_request,
     sync_group_request,
+    txn_offset_commit_request,
 )
 from odradek.protocol.messages.request_header import RequestHeader
 from odradek.server.config import BrokerConfig
@@ -219,6 +225,71 @@ def test_offsets_at_every_version(client: Client) -> None:
         assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND
 
 
+def txn_commit(client: Client, version: int, group: str, offset: int, *, pid: int,
+               member_id: str = "", generation: int = -1) -> list[int]:
+    body = txn_offset_commit_request.TxnOffsetCommitRequest(
+        transactional_id="txn", group_id=group, producer_id=pid, producer_epoch=0,
+        topics=[txn_offset_commit_request.TxnOffsetCommitRequestTopic(name="events", partitions=[
+            txn_offset_commit_request.TxnOffsetCommitRequestPartition(
+                partition_index=1, committed_offset=offset, committed_metadata="meta",
+                committed_leader_epoch=4 if version >= 2 else -1),
+            txn_offset_commit_request.TxnOffsetCommitRequestPartition(
+                partition_index=99, committed_offset=1)])])
+    if version >= 3:
+        body.member_id, body.generation_id = member_id, generation
+    response = client.call(ApiKey.TXN_OFFSET_COMMIT, version, body)
+    return [p.error_code for p in response.topics[0].partitions]
+
+
+def test_txn_offset_commit_at_every_version(client: Client) -> None:
+    coordinator = client.h.coordinator
+    for v in versions(ApiKey.TXN_OFFSET_COMMIT):
+        group, pid = f"txn-v{v}", 6000 + v
+        assert txn_commit(client, v, group, 10 + v, pid=pid) == [
+            0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+        for fv in versions(ApiKey.OFFSET_FETCH):
+            if fv < 7:
+                continue
+            stable = offset_fetch_request.OffsetFetchRequest(require_stable=True)
+            if fv >= 8:
+                stable.groups = [offset_fetch_request.OffsetFetchRequestGroup(
+                    group_id=group, topics=[offset_fetch_request.OffsetFetchRequestTopics(
+                        name="events", partition_indexes=[1])])]
+            else:
+                stable.group_id = group
+                stable.topics = [offset_fetch_request.OffsetFetchRequestTopic(
+                    name="events", partition_indexes=[1])]
+            fetched = client.call(ApiKey.OFFSET_FETCH, fv, stable)
+            topics = fetched.groups[0].topics if fv >= 8 else fetched.topics
+            [p] = topics[0].partitions
+            assert (p.committed_offset, p.error_code) == (-1, ErrorCode.UNSTABLE_OFFSET_COMMIT)
+        coordinator.on_transaction_completed(
+            pid, [("__consumer_offsets", coordinator.partition_for(group))], True)
+        fetched = client.call(ApiKey.OFFSET_FETCH, 7, offset_fetch_request.OffsetFetchRequest(
+            group_id=group, require_stable=True, topics=[
+                offset_fetch_request.OffsetFetchRequestTopic(name="events",
+                                                             partition_indexes=[1])]))
+        [p] = fetched.topics[0].partitions
+        assert (p.committed_offset, p.committed_leader_epoch, p.metadata, p.error_code) == (
+            10 + v, 4 if v >= 2 else -1, "meta", 0)
+    # KIP-447 (v3+): a group's member and generation are checked when given.
+    member = join(client, 9, "txn-members").member_id
+    client.call(ApiKey.SYNC_GROUP, 5, sync_group_request.SyncGroupRequest(
+        group_id="txn-members", generation_id=1, member_id=member, protocol_type="consumer",
+        protocol_name="range"))
+    for v in versions(ApiKey.TXN_OFFSET_COMMIT):
+        if v < 3:  # nothing to check: accepted
+            assert txn_commit(client, v, "txn-members", 1, pid=6100)[0] == 0
+            continue
+        assert txn_commit(client, v, "txn-members", 1, pid=6100, member_id=member,
+                          generation=1)[0] == 0
+        assert txn_commit(client, v, "txn-members", 1, pid=6100, member_id=member,
+                          generation=2)[0] == ErrorCode.ILLEGAL_GENERATION
+        assert txn_commit(client, v, "txn-members", 1, pid=6100, member_id="ghost",
+                          generation=1)[0] == ErrorCode.UNKNOWN_MEMBER_ID
+        assert txn_commit(client, v, "", 1, pid=6100)[0] == ErrorCode.INVALID_GROUP_ID
+
+
 def test_describe_list_delete_at_every_version(client: Client) -> None:
     member = join(client, 5, "described", instance_id="static-1").member_id
     for v in versions(ApiKey.DESCRIBE_GROUPS):
@@ -259,10 +330,14 @@ def test_describe_list_delete_at_every_version(client: Client) -> None:
 def test_api_versions_and_broker_md_list_exactly_what_is_served(client: Client) -> None:
     h = client.h
     config = BrokerConfig.default()
+    transactions = TransactionConfig.from_broker_config(config)
+    coordinator = TransactionCoordinator(
+        transactions, TransactionStateManager(transactions, h.replica_manager, h.time, h.time),
+        ProducerIdManager(h.controller.store), None,  # type: ignore[arg-type]
+        h.coordinator.partition_for, h.time, h.time)
     apis = KafkaApis(config, h.replica_manager, h.controller,
-                     AdminManager(config, h.controller, h.replica_manager),
-                     ProducerIdManager(h.controller.store), h.coordinator,
-                     MetadataCache(config.node_id, "cluster"))
+                     AdminManager(config, h.controller, h.replica_manager), coordinator,
+                     h.coordinator, MetadataCache(config.node_id, "cluster"))
     versions_response: Any = apis.handle_api_versions(None, None)  # type: ignore[arg-type]
     advertised = {v.api_key: (v.min_version, v.max_version)
                   for v in versions_response.api_keys}

@@ -705,7 +705,8 @@ def test_describe_and_list_transactions(h: TxnHarness) -> None:
 class Client:
     def __init__(self, h: TxnHarness) -> None:
         self.h = h
-        self.apis = TransactionApis(BrokerConfig.default(), h.coordinator, h.groups.controller)
+        self.apis = TransactionApis(BrokerConfig.default(), h.coordinator, h.groups.controller,
+                                    lambda broker_id, context: ("localhost", 9092))
 
     async def call(self, key: ApiKey, version: int, body: Message) -> Any:
         """Runs the handler on the request decoded in `version`; returns the response

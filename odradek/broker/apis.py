@@ -16,10 +16,10 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from odradek.broker.admin import AdminManager
+from odradek.broker.describe_producers import describe_producers_handler
 from odradek.broker.fetch_session import FetchSessionCache
 from odradek.broker.inter_broker_apis import InterBrokerApis
 from odradek.broker.metadata_cache import MetadataCache
-from odradek.broker.producer_ids import ProducerIdManager
 from odradek.broker.replica_manager import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -28,11 +28,14 @@ from odradek.broker.replica_manager import (
     FetchPartitionResult,
     ReplicaManager,
 )
+from odradek.broker.txn_markers import handle_write_txn_markers
 from odradek.cluster.controller import Controller
 from odradek.cluster.slices import Slices
 from odradek.cluster.topics import TopicExistsError, is_internal, validate_topic_name
 from odradek.coordinator.group.apis import GroupApis
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
+from odradek.coordinator.transaction.apis import TransactionApis
+from odradek.coordinator.transaction.transaction_coordinator import TransactionCoordinator
 from odradek.protocol import compression, legacy_records
 from odradek.protocol.api_keys import API_SPECS, ApiKey
 from odradek.protocol.errors import ErrorCode
@@ -43,7 +46,6 @@ from odradek.protocol.messages import (
     api_versions_response,
     describe_cluster_response,
     fetch_response,
-    init_producer_id_response,
     list_offsets_response,
     metadata_response,
     offset_for_leader_epoch_response,
@@ -51,11 +53,11 @@ from odradek.protocol.messages import (
 )
 from odradek.protocol.messages.describe_cluster_request import DescribeClusterRequest
 from odradek.protocol.messages.fetch_request import FetchRequest
-from odradek.protocol.messages.init_producer_id_request import InitProducerIdRequest
 from odradek.protocol.messages.list_offsets_request import ListOffsetsRequest
 from odradek.protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
 from odradek.protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
 from odradek.protocol.messages.produce_request import ProduceRequest
+from odradek.protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
 from odradek.protocol.primitives import ZERO_UUID
 from odradek.server.config import BrokerConfig
 from odradek.server.network import CloseConnection, RequestContext
@@ -128,15 +130,15 @@ def _metadata_invalid_request(
 class KafkaApis:
     def __init__(self, config: BrokerConfig, replica_manager: ReplicaManager,
                  controller: Controller, admin: AdminManager,
-                 producer_ids: ProducerIdManager, group_coordinator: GroupCoordinator,
-                 metadata_cache: MetadataCache,
+                 transaction_coordinator: TransactionCoordinator,
+                 group_coordinator: GroupCoordinator, metadata_cache: MetadataCache,
                  inter_broker: InterBrokerApis | None = None) -> None:
         self.config = config
         self.metadata_cache = metadata_cache
         self.replica_manager = replica_manager
         self.controller = controller
         self.admin = admin
-        self.producer_ids = producer_ids
+        self.group_coordinator = group_coordinator
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         handlers: dict[int, Callable[[Request, RequestContext], Any]] = {
             ApiKey.API_VERSIONS: self.handle_api_versions,
@@ -145,12 +147,20 @@ class KafkaApis:
             ApiKey.FETCH: self.handle_fetch,
             ApiKey.LIST_OFFSETS: self.handle_list_offsets,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
-            ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
+            ApiKey.WRITE_TXN_MARKERS: self.handle_write_txn_markers,
+            ApiKey.DESCRIBE_PRODUCERS: describe_producers_handler(replica_manager,
+                                                                  metadata_cache),
         }
         handlers.update(admin.handlers())
         self.group_apis = GroupApis(config, group_coordinator, controller, self._endpoint)
         handlers.update(self.group_apis.handlers())
+        # InitProducerId (idempotent and transactional producers) and the transaction APIs;
+        # FindCoordinator for a transactional id is theirs too.
+        transaction_apis = TransactionApis(config, transaction_coordinator, controller,
+                                           self._endpoint)
+        handlers.update(transaction_apis.handlers())
+        self.group_apis.find_transaction_coordinator = transaction_apis.find_coordinator
         if inter_broker is not None:  # a cluster on ZooKeeper
             handlers.update(inter_broker.handlers())
         self._handlers = handlers
@@ -312,9 +322,6 @@ class KafkaApis:
                 elif is_internal(name):
                     errors[tp] = (ErrorCode.INVALID_TOPIC_EXCEPTION,
                                   f"clients cannot write to the internal topic {name}")
-                elif body.transactional_id is not None:
-                    errors[tp] = (ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
-                                  "transactions are not supported yet")
                 else:
                     entries[tp] = p.records
         if request.api_version <= 2:  # old clients may send magic 0/1 message sets
@@ -428,9 +435,6 @@ class KafkaApis:
             refused = {tp for (tp, _), r in zip(reads, results, strict=True)
                        if r.slices and not self._down_conversion_enabled(tp)}
             converted = await _down_convert(results, reads, 0 if version <= 1 else 1, refused)
-        # read_committed consumers get the (so far always empty) aborted transactions list.
-        aborted: list[fetch_response.AbortedTransaction] | None = (
-            [] if body.isolation_level == READ_COMMITTED else None)
         responses: list[fetch_response.FetchableTopicResponse] = []
         for (name, index), topic_id, r in context_.response_partitions(results):
             error = r.error_code
@@ -439,7 +443,9 @@ class KafkaApis:
             data = fetch_response.PartitionData(
                 partition_index=index, error_code=error, high_watermark=r.high_watermark,
                 last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
-                aborted_transactions=aborted,
+                aborted_transactions=None if body.isolation_level != READ_COMMITTED else [
+                    fetch_response.AbortedTransaction(producer_id=pid, first_offset=first)
+                    for pid, first in r.aborted_transactions or ()],
                 records=FileRecords(r.slices) if r.slices else b"",  # type: ignore[arg-type]
             )
             if converted is not None:
@@ -554,17 +560,14 @@ class KafkaApis:
                                                               partitions=partitions))
         return response.OffsetForLeaderEpochResponse(topics=topics)
 
-    # ---- InitProducerId ----------------------------------------------------------------
+    # ---- WriteTxnMarkers -----------------------------------------------------------
 
-    async def handle_init_producer_id(self, request: Request,
-                                      context: RequestContext) -> Message:
-        body = cast(InitProducerIdRequest, request.body)
-        if body.transactional_id is not None:
-            return init_producer_id_response.InitProducerIdResponse(
-                error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, producer_id=-1,
-                producer_epoch=-1)
-        # An idempotent producer (no transactional id) gets a fresh producer id each time,
-        # also when it asks to bump its epoch (KIP-360): Kafka does the same.
-        return init_producer_id_response.InitProducerIdResponse(
-            producer_id=await self.producer_ids.generate(), producer_epoch=0)
+    async def handle_write_txn_markers(self, request: Request,
+                                       context: RequestContext) -> Message:
+        """A transaction coordinator's markers for the partitions led here (its own go
+        straight to the ReplicaManager: coordinator/transaction/marker_channel.py)."""
+        return await handle_write_txn_markers(
+            self.replica_manager, cast(WriteTxnMarkersRequest, request.body),
+            timeout_ms=self.config.get("request.timeout.ms"),
+            on_transaction_completed=self.group_coordinator.on_transaction_completed)
 

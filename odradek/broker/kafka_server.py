@@ -46,6 +46,12 @@ from odradek.cluster.zookeeper.znodes import BrokerEndpoint
 from odradek.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from odradek.coordinator.group.group_metadata_manager import GroupMetadataManager, OffsetConfig
 from odradek.coordinator.timer import AsyncioTimer, SystemTime
+from odradek.coordinator.transaction.marker_channel import TxnMarkerChannel
+from odradek.coordinator.transaction.transaction_coordinator import TransactionCoordinator
+from odradek.coordinator.transaction.transaction_state_manager import (
+    TransactionConfig,
+    TransactionStateManager,
+)
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import KafkaError
 from odradek.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
@@ -71,6 +77,8 @@ class KafkaServer:
         self.socket_server: SocketServer | None = None
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.transaction_coordinator: TransactionCoordinator | None = None
+        self.marker_client: InterBrokerClient | None = None
         self.metadata_cache: MetadataCache | None = None
         self.zk_store: ZooKeeperMetadataStore | None = None
         self.kafka_controller: KafkaController | None = None
@@ -143,6 +151,20 @@ class KafkaServer:
                                  time, timer),
             time, timer)
         self.group_coordinator.startup()
+        # Likewise for __transaction_state: leading one of its partitions loads its
+        # transactions (and completes those a previous coordinator left half done).
+        self.marker_client = (InterBrokerClient(client_id=f"broker-{config.node_id}-txn-markers")
+                              if zk_store is not None else None)
+        group_coordinator = self.group_coordinator
+        markers = TxnMarkerChannel(
+            config.node_id, cache, config.inter_broker_listener_name, self.replica_manager,
+            self.marker_client, lambda: group_coordinator.on_transaction_completed)
+        transaction_config = TransactionConfig.from_broker_config(config)
+        self.transaction_coordinator = TransactionCoordinator(
+            transaction_config,
+            TransactionStateManager(transaction_config, self.replica_manager, time, timer),
+            ProducerIdManager(store), markers, group_coordinator.partition_for, time, timer)
+        self.transaction_coordinator.startup()
         inter_broker: InterBrokerApis | None = None
         if zk_store is not None:
             self.kafka_controller = KafkaController(
@@ -170,7 +192,8 @@ class KafkaServer:
                                           self.kafka_controller)
         admin.configs.on_broker_config_change = self._broker_config_changed
         apis = KafkaApis(config, self.replica_manager, controller, admin,
-                         ProducerIdManager(store), self.group_coordinator, cache, inter_broker)
+                         self.transaction_coordinator, self.group_coordinator, cache,
+                         inter_broker)
         self.socket_server = SocketServer(
             apis, max_frame_size=config.socket_request_max_bytes,
             connections_max_idle_ms=config.connections_max_idle_ms,
@@ -333,6 +356,10 @@ class KafkaServer:
             # Waiting JoinGroup and SyncGroup requests answer now (NOT_COORDINATOR), so the
             # connections can finish them.
             self.group_coordinator.shutdown()
+        if self.transaction_coordinator is not None:
+            self.transaction_coordinator.shutdown()  # markers in flight: the next one resends
+        if self.marker_client is not None:
+            await self.marker_client.close()
         if self._periodic is not None:
             self._periodic.cancel()
             await asyncio.gather(self._periodic, return_exceptions=True)

@@ -31,6 +31,7 @@ from odradek.cli import (
     records,
     serve,
     topics,
+    transactions,
 )
 from odradek.protocol.api_keys import API_SPECS
 from odradek.protocol.errors import ErrorCode
@@ -119,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     records.register(commands)
     log_dirs.register(commands)
     perf.register(commands)
+    transactions.register(commands)
     return parser
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 from odradek.cluster.controller import Controller
@@ -59,6 +59,8 @@ from odradek.protocol.messages import (
     offset_fetch_response,
     sync_group_request,
     sync_group_response,
+    txn_offset_commit_request,
+    txn_offset_commit_response,
 )
 from odradek.server.config import BrokerConfig
 from odradek.server.network import RequestContext
@@ -78,6 +80,9 @@ _NOT_REQUESTED = -(2**31)
 
 # A broker's advertised address on the request's listener, None when it has none.
 Endpoint = Callable[[int, RequestContext], tuple[str, int] | None]
+# (transactional id, context) -> (error, message, node id, host, port)
+FindTransactionCoordinator = Callable[
+    [str, RequestContext], Awaitable[tuple[int, str | None, int, str, int]]]
 _T = TypeVar("_T")
 
 
@@ -88,6 +93,8 @@ class GroupApis:
         self.coordinator = coordinator
         self.controller = controller
         self.endpoint = endpoint
+        # FindCoordinator for a transactional id: the transaction APIs answer it.
+        self.find_transaction_coordinator: FindTransactionCoordinator | None = None
 
     def handlers(self) -> dict[int, Callable[[Request, RequestContext], Any]]:
         return {
@@ -97,6 +104,7 @@ class GroupApis:
             ApiKey.HEARTBEAT: self.handle_heartbeat,
             ApiKey.LEAVE_GROUP: self.handle_leave_group,
             ApiKey.OFFSET_COMMIT: self.handle_offset_commit,
+            ApiKey.TXN_OFFSET_COMMIT: self.handle_txn_offset_commit,
             ApiKey.OFFSET_FETCH: self.handle_offset_fetch,
             ApiKey.DESCRIBE_GROUPS: self.handle_describe_groups,
             ApiKey.LIST_GROUPS: self.handle_list_groups,
@@ -135,8 +143,10 @@ class GroupApis:
                 if state is not None and address is not None:
                     return ErrorCode.NONE, None, state.leader, address[0], address[1]
             message = "the group coordinator is not available"
+        elif key_type == TRANSACTION_KEY_TYPE and self.find_transaction_coordinator:
+            return await self.find_transaction_coordinator(key, context)
         elif key_type in (TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE):
-            message = ("this broker has no transaction coordinator yet"
+            message = ("this broker has no transaction coordinator"
                        if key_type == TRANSACTION_KEY_TYPE
                        else "this broker has no share coordinator")
         else:
@@ -307,6 +317,47 @@ class GroupApis:
         return offset_commit_response.OffsetCommitResponse(topics=[
             offset_commit_response.OffsetCommitResponseTopic(name=t.name, partitions=[
                 offset_commit_response.OffsetCommitResponsePartition(
+                    partition_index=p.partition_index,
+                    error_code=errors[(t.name, p.partition_index)])
+                for p in t.partitions])
+            for t in body.topics])
+
+    async def handle_txn_offset_commit(self, request: Request,
+                                       context: RequestContext) -> Message:
+        """TxnOffsetCommit (KIP-98; KIP-447 from v3): the offsets go to the group's
+        __consumer_offsets partition as the producer's transactional batch, pending until
+        its transaction's marker; answered once the partition's ISR has them."""
+        body = cast(txn_offset_commit_request.TxnOffsetCommitRequest, request.body)
+        version = request.api_version
+        now = self.coordinator.time.milliseconds()
+        errors: dict[TopicPartition, int] = {}
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        for t in body.topics:
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                if not self._known(*tp):
+                    errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                offsets[tp] = OffsetAndMetadata(
+                    offset=p.committed_offset,
+                    leader_epoch=p.committed_leader_epoch if version >= 2 else -1,
+                    metadata=p.committed_metadata or "", commit_timestamp=now)
+                errors.pop(tp, None)
+        if offsets:
+            errors.update(self.coordinator.handle_txn_commit_offsets(
+                body.group_id, body.producer_id, body.producer_epoch,
+                body.member_id if version >= 3 else "",
+                body.group_instance_id if version >= 3 else None,
+                body.generation_id if version >= 3 else -1, offsets))
+            written = [tp for tp in offsets if errors.get(tp) == ErrorCode.NONE]
+            if written:  # acks=all, as OffsetCommit
+                error = await self.coordinator.manager.wait_for_replication(
+                    body.group_id, self.config.get("offsets.commit.timeout.ms"))
+                if error:
+                    errors.update(dict.fromkeys(written, error))
+        return txn_offset_commit_response.TxnOffsetCommitResponse(topics=[
+            txn_offset_commit_response.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+                txn_offset_commit_response.TxnOffsetCommitResponsePartition(
                     partition_index=p.partition_index,
                     error_code=errors[(t.name, p.partition_index)])
                 for p in t.partitions])

@@ -894,6 +894,57 @@ class GroupCoordinator:
             return ErrorCode.UNKNOWN_MEMBER_ID
         return None
 
+    def handle_txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                                  member_id: str, group_instance_id: str | None,
+                                  generation_id: int,
+                                  offsets: dict[TopicPartition, OffsetAndMetadata]
+                                  ) -> dict[TopicPartition, int]:
+        """TxnOffsetCommit (KIP-98): the offsets are written as the producer's
+        transactional batch and stay pending until its transaction ends. From v3 the
+        client sends its member id, generation and instance id (KIP-447), checked as an
+        offset commit's are, except that a group with members accepts a commit that
+        names none (older clients send none)."""
+        error = self._validate_group_status(group_id, "txn-offset-commit")
+        if error is not None:
+            return {tp: error for tp in offsets}
+        group = self.manager.get_group(group_id)
+        if group is None:
+            group = self.manager.add_group(GroupMetadata(group_id, GroupState.EMPTY, self.time))
+        error = self._validate_txn_offset_commit(group, generation_id, member_id,
+                                                 group_instance_id)
+        if error is not None:
+            return {tp: error for tp in offsets}
+        return self.manager.store_offsets(group, offsets, producer_id, producer_epoch)
+
+    def _validate_txn_offset_commit(self, group: GroupMetadata, generation_id: int,
+                                    member_id: str, group_instance_id: str | None
+                                    ) -> int | None:
+        """Kafka 3.9's validateOffsetCommit with isTransactional."""
+        if group.is_(GroupState.DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and group.is_(GroupState.EMPTY):
+            return None  # no group management: an Empty group takes the commit
+        if (generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID
+                or group_instance_id is not None):
+            error = self._validate_current_member(group, member_id, group_instance_id,
+                                                  "txn-offset-commit")
+            if error is not None:
+                return error
+            if generation_id != group.generation_id:
+                return ErrorCode.ILLEGAL_GENERATION
+        return None
+
+    def on_transaction_completed(self, producer_id: int, partitions: list[TopicPartition],
+                                 committed: bool) -> None:
+        """A COMMIT (committed) or ABORT marker of the producer was written to these
+        partitions of __consumer_offsets (and replicated): the producer's pending
+        offsets in their groups become committed, or are dropped (Kafka's
+        onTransactionCompleted). txn_markers.TransactionCompletedListener's signature."""
+        offsets_partitions = [index for topic, index in partitions
+                              if topic == GROUP_METADATA_TOPIC]
+        if offsets_partitions:
+            self.manager.handle_txn_completion(producer_id, offsets_partitions, committed)
+
     def handle_fetch_offsets(self, group_id: str, require_stable: bool,
                              partitions: list[TopicPartition] | None
                              ) -> tuple[int, dict[TopicPartition, OffsetFetchResult]]:

@@ -178,6 +178,15 @@ class GroupMetadata:
         self.num_members_awaiting_join = 0
         self._supported_protocols: Counter[str] = Counter()
         self.offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        # Where each committed offset's record sits in __consumer_offsets (the batch's base
+        # offset), when known: a transaction's offsets replace a committed offset only if
+        # their record came later (Kafka's CommitRecordMetadataAndOffset.olderThan).
+        self.offset_positions: dict[TopicPartition, int] = {}
+        # KIP-98: offsets a transactional producer committed (TxnOffsetCommit), written
+        # but invisible until its transaction commits: producer id -> {partition:
+        # (offset, position of its record)} (Kafka's pendingTransactionalOffsetCommits).
+        self.pending_transactional_offsets: dict[
+            int, dict[TopicPartition, tuple[OffsetAndMetadata, int]]] = {}
         self.new_member_added = False  # extends group.initial.rebalance.delay.ms
         self.subscribed_topics: set[str] | None = None  # None: not known
         # The coordinator's timers: the rebalance (DelayedJoin or InitialDelayedJoin)
@@ -423,20 +432,70 @@ class GroupMetadata:
     # ---- offsets ----------------------------------------------------------------------
 
     def has_offsets(self) -> bool:
-        return bool(self.offsets)
+        """Committed offsets or pending transactional ones: either keeps an empty group
+        alive (Kafka's hasOffsets)."""
+        return bool(self.offsets) or bool(self.pending_transactional_offsets)
+
+    def commit_offsets(self, offsets: dict[TopicPartition, OffsetAndMetadata],
+                       position: int | None = None) -> None:
+        """Offsets committed now, their record at `position` of the log (None: unknown)."""
+        self.offsets.update(offsets)
+        for tp in offsets:
+            if position is None:
+                self.offset_positions.pop(tp, None)
+            else:
+                self.offset_positions[tp] = position
 
     def remove_offsets(self, partitions: Iterable[TopicPartition]
                        ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Removes committed offsets. Pending transactional offsets stay: they belong to
+        an open transaction and become the committed offset if it commits, as a reload
+        of the log would make them (the tombstones come before the marker)."""
         removed = {}
         for tp in partitions:
             offset = self.offsets.pop(tp, None)
+            self.offset_positions.pop(tp, None)
             if offset is not None:
                 removed[tp] = offset
         return removed
 
     def remove_all_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
         removed, self.offsets = self.offsets, {}
+        self.offset_positions = {}
         return removed
+
+    # Transactional offsets (KIP-98, KIP-447).
+
+    def add_pending_txn_offsets(self, producer_id: int,
+                                offsets: dict[TopicPartition, OffsetAndMetadata],
+                                position: int) -> None:
+        """Offsets of a producer's open transaction, written at `position` of the log
+        (Kafka's prepareTxnOffsetCommit and onTxnOffsetCommitAppend)."""
+        pending = self.pending_transactional_offsets.setdefault(producer_id, {})
+        for tp, offset in offsets.items():
+            pending[tp] = (offset, position)
+
+    def complete_pending_txn_offset_commit(self, producer_id: int, is_commit: bool) -> None:
+        """The producer's transaction ended: on commit its offsets become the committed
+        ones (unless a commit written later in the log is there); on abort they go."""
+        pending = self.pending_transactional_offsets.pop(producer_id, None)
+        if not is_commit or not pending:
+            return
+        for tp, (offset, position) in pending.items():
+            current = self.offset_positions.get(tp)
+            if tp not in self.offsets or current is None or current < position:
+                self.offsets[tp] = offset
+                self.offset_positions[tp] = position
+
+    def has_pending_offset_commits_from_producer(self, producer_id: int) -> bool:
+        return producer_id in self.pending_transactional_offsets
+
+    def has_pending_offset_commits_for_partition(self, tp: TopicPartition) -> bool:
+        return any(tp in pending for pending in self.pending_transactional_offsets.values())
+
+    @property
+    def active_producers(self) -> set[int]:
+        return set(self.pending_transactional_offsets)
 
     def remove_expired_offsets(self, now: int, retention_ms: int
                                ) -> dict[TopicPartition, OffsetAndMetadata]:
@@ -463,7 +522,9 @@ class GroupMetadata:
                  subscribed: set[str] | frozenset[str] = frozenset()) -> list[TopicPartition]:
         out = []
         for tp, offset in self.offsets.items():
-            if tp[0] in subscribed:
+            if tp[0] in subscribed or self.has_pending_offset_commits_for_partition(tp):
+                # A partition with an open transaction's offset keeps its offset until
+                # the transaction ends (as Kafka's new group coordinator).
                 continue
             if offset.expire_timestamp is not None:
                 if now >= offset.expire_timestamp:

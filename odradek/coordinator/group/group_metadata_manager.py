@@ -13,6 +13,12 @@ __consumer_offsets (Kafka's GroupMetadataManager).
 - Expiry: every offsets.retention.check.interval.ms, offsets past offsets.retention.minutes
   (group.remove_expired_offsets has the rules) are removed with tombstones; an empty group
   left without offsets becomes Dead and its metadata gets a tombstone too.
+- Transactional offsets (TxnOffsetCommit, KIP-98): written as a transactional batch of
+  the producer (its id and epoch, origin COORDINATOR), so the partition's producer state
+  and last stable offset see the transaction; kept pending in the group until the
+  COMMIT or ABORT marker reaches the partition (handle_txn_completion). Loading replays
+  them the same way: a producer's offsets become committed at its COMMIT marker, go at
+  its ABORT marker, and stay pending when the log ends inside the transaction.
 
 Appends are synchronous here: the ReplicaManager answers acks=-1 once the batch is in the
 leader's log, which on one node is the whole ISR. With replication (issue 7) the append
@@ -55,10 +61,18 @@ from odradek.protocol.messages.group_metadata_value import (
 from odradek.protocol.messages.group_metadata_value import (
     MemberMetadata as MemberMetadataValue,
 )
-from odradek.protocol.records import SimpleRecord, build_record_batch, decode_records
+from odradek.protocol.records import (
+    ControlRecordType,
+    RecordBatchHeader,
+    SimpleRecord,
+    build_record_batch,
+    decode_control_record,
+    decode_records,
+)
 from odradek.protocol.records import iter_batch_headers as _iter_batches
 from odradek.server.config import BrokerConfig
 from odradek.storage.errors import OffsetOutOfRangeError
+from odradek.storage.log_validator import AppendOrigin
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +143,11 @@ class _PartitionLoad:
         self.started_ms = started_ms
         self.next_offset = 0
         self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        # The base offset of the batch of each committed offset's record.
+        self.positions: dict[tuple[str, TopicPartition], int] = {}
+        # Open transactions' offsets: producer id -> {(group, partition): (offset, position)}.
+        self.pending: dict[int, dict[tuple[str, TopicPartition],
+                                     tuple[OffsetAndMetadata, int]]] = {}
         self.groups: dict[str, GroupMetadataValue] = {}
         self.removed_groups: set[str] = set()
         self.records = 0
@@ -154,6 +173,9 @@ class GroupMetadataManager:
         self.partition_count = config.offsets_topic_num_partitions
         self._expiry_task: TimerTask | None = None
         self._active = False
+        # Producer id -> the groups holding offsets of its open transaction (Kafka's
+        # openGroupsForProducer), for the markers' completion.
+        self.open_groups_for_producer: dict[int, set[str]] = {}
 
     # ---- lifecycle --------------------------------------------------------------------
 
@@ -173,6 +195,7 @@ class GroupMetadataManager:
         self.loading.clear()
         self.owned_partitions.clear()
         self.groups.clear()
+        self.open_groups_for_producer.clear()
 
     # ---- where groups live ------------------------------------------------------------
 
@@ -210,10 +233,25 @@ class GroupMetadataManager:
 
     def _append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> int:
         """Appends key/value records to the partition with acks=-1; the error code."""
+        return self._append_batch(partition, records)[0]
+
+    def _append_batch(self, partition: int, records: Sequence[tuple[bytes, bytes | None]],
+                      producer_id: int = -1, producer_epoch: int = -1
+                      ) -> tuple[int, int]:
+        """Appends key/value records to the partition with acks=-1, as one batch:
+        transactional, of the producer, with a producer id (Kafka writes it with base
+        sequence 0; the coordinator's batches skip the sequence checks). The error code
+        and the batch's base offset."""
         now = self.time.milliseconds()
-        batch = build_record_batch([SimpleRecord(k, v, (), now) for k, v in records])
+        transactional = producer_id >= 0
+        batch = build_record_batch(
+            [SimpleRecord(k, v, (), now) for k, v in records],
+            producer_id=producer_id, producer_epoch=producer_epoch,
+            base_sequence=0 if transactional else -1, is_transactional=transactional)
         tp = (GROUP_METADATA_TOPIC, partition)
-        result = self.replica_manager.append_records(-1, {tp: bytearray(batch)})[tp]
+        result = self.replica_manager.append_records(
+            -1, {tp: bytearray(batch)},
+            origin=AppendOrigin.COORDINATOR if transactional else AppendOrigin.CLIENT)[tp]
         if result.error_code:
             log.warning("appending %d records to %s-%d failed: %s", len(records),
                         GROUP_METADATA_TOPIC, partition,
@@ -222,7 +260,7 @@ class GroupMetadataManager:
             leader = self.replica_manager.get_partition(tp)
             if leader is not None:
                 self.last_appended[partition] = (result.last_offset + 1, leader.leader_epoch)
-        return result.error_code
+        return result.error_code, result.base_offset
 
     async def wait_for_replication(self, group_id: str, timeout_ms: int) -> int:
         """Waits until every in-sync replica of the group's partition has what was
@@ -252,11 +290,14 @@ class GroupMetadataManager:
         return metadata is None or len(metadata.encode("utf-16-le", "surrogatepass")) // 2 <= (
             self.config.max_metadata_size)
 
-    def store_offsets(self, group: GroupMetadata, offsets: dict[TopicPartition, OffsetAndMetadata]
+    def store_offsets(self, group: GroupMetadata, offsets: dict[TopicPartition, OffsetAndMetadata],
+                      producer_id: int = -1, producer_epoch: int = -1
                       ) -> dict[TopicPartition, int]:
         """Writes the commits, then caches them; per partition NONE or its error.
         Metadata longer than offset.metadata.max.bytes is OFFSET_METADATA_TOO_LARGE and
-        not written; the rest of the commit still is."""
+        not written; the rest of the commit still is. With a producer id (TxnOffsetCommit)
+        the batch is the producer's, transactional, and the offsets stay pending until
+        its transaction ends."""
         valid = {tp: o for tp, o in offsets.items() if self.valid_metadata(o.metadata)}
         too_large = {tp: int(ErrorCode.OFFSET_METADATA_TOO_LARGE) for tp in offsets
                      if tp not in valid}
@@ -269,24 +310,53 @@ class GroupMetadataManager:
                     offset_commit_value(o.offset, o.leader_epoch, o.metadata,
                                         o.commit_timestamp, o.expire_timestamp))
                    for tp, o in valid.items()]
-        error = self._append(partition, records)
+        error, position = self._append_batch(partition, records, producer_id, producer_epoch)
         error = _STORE_OFFSETS_ERRORS.get(error, error)
         if error == ErrorCode.NONE and not group.is_(GroupState.DEAD):
-            group.offsets.update(valid)
+            if producer_id >= 0:
+                group.add_pending_txn_offsets(producer_id, valid, position)
+                self.open_groups_for_producer.setdefault(producer_id, set()).add(
+                    group.group_id)
+            else:
+                group.commit_offsets(valid, position)
         return {**{tp: error for tp in valid}, **too_large}
+
+    def handle_txn_completion(self, producer_id: int, partitions: Iterable[int],
+                              is_commit: bool) -> None:
+        """A COMMIT or ABORT marker of the producer is in these __consumer_offsets
+        partitions: its pending offsets in their groups become committed, or go (Kafka's
+        handleTxnCompletion)."""
+        completed = set(partitions)
+        groups = self.open_groups_for_producer.get(producer_id)
+        if not groups:
+            return
+        for group_id in [g for g in groups if self.partition_for(g) in completed]:
+            groups.discard(group_id)
+            group = self.groups.get(group_id)
+            if group is None or group.is_(GroupState.DEAD):
+                log.info("group %s moved away after the marker of producer %d was written; "
+                         "its new coordinator loads the outcome", group_id, producer_id)
+                continue
+            group.complete_pending_txn_offset_commit(producer_id, is_commit)
+        if not groups:
+            del self.open_groups_for_producer[producer_id]
 
     def get_offsets(self, group_id: str, require_stable: bool,
                     partitions: Iterable[TopicPartition] | None
                     ) -> dict[TopicPartition, OffsetFetchResult]:
         """The committed offsets of the partitions (all of the group's for None); -1 for
-        a partition without one. Commits are never pending here (no transactional
-        commits, synchronous appends), so require_stable changes nothing."""
+        a partition without one. With require_stable (KIP-447), a partition with an open
+        transaction's offset answers UNSTABLE_OFFSET_COMMIT (the client retries);
+        without, the last committed offset (Kafka's getOffsets)."""
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
             return {tp: OffsetFetchResult() for tp in partitions or ()}
         wanted = list(group.offsets) if partitions is None else partitions
         out = {}
         for tp in wanted:
+            if require_stable and group.has_pending_offset_commits_for_partition(tp):
+                out[tp] = OffsetFetchResult(error=ErrorCode.UNSTABLE_OFFSET_COMMIT)
+                continue
             o = group.offsets.get(tp)
             out[tp] = (OffsetFetchResult() if o is None else
                        OffsetFetchResult(o.offset, o.leader_epoch, o.metadata))
@@ -316,6 +386,14 @@ class GroupMetadataManager:
                 # record to remove.
                 if group.generation_id > 0:
                     tombstones.append((group_metadata_key(group.group_id), None))
+                if group.pending_transactional_offsets:
+                    # A deleted group's open transactions still commit their offsets: a
+                    # group of offsets only holds them, as a reload of the log would.
+                    successor = GroupMetadata(group.group_id, GroupState.EMPTY, self.time)
+                    successor.pending_transactional_offsets = (
+                        group.pending_transactional_offsets)
+                    group.pending_transactional_offsets = {}
+                    self.groups[group.group_id] = successor
             partition = self.partition_for(group.group_id)
             # If the tombstones are lost, the next start loads the group again and expiry
             # removes it again, as in Kafka.
@@ -414,10 +492,14 @@ class GroupMetadataManager:
             for pos, header in _iter_batches(data, allow_partial=True):
                 load.next_offset = header.next_offset
                 if header.is_control:
+                    if header.last_offset >= start:
+                        self._read_marker(load, data, pos, header)
                     continue
+                producer_id = header.producer_id if header.is_transactional else -1
                 for record in decode_records(data, pos, header):
                     if record.offset >= start:
-                        self._read_record(load, record.key, record.value, record.offset)
+                        self._read_record(load, record.key, record.value, record.offset,
+                                          header.base_offset, producer_id)
             if load.next_offset == start:  # nothing readable below the log end
                 load.next_offset = end
             if load.next_offset < end:
@@ -425,8 +507,32 @@ class GroupMetadataManager:
         self._finish_load(load)
         return True
 
+    def _read_marker(self, load: _PartitionLoad, data: bytes, pos: int,
+                     header: RecordBatchHeader) -> None:
+        """A COMMIT marker makes the producer's pending offsets committed, unless a
+        commit written later is there; an ABORT marker drops them (Kafka's
+        loadGroupsAndOffsets)."""
+        for record in decode_records(data, pos, header):
+            try:
+                control_type, _epoch = decode_control_record(record)
+            except ProtocolError as e:
+                log.error("%s-%d at offset %d: a control record that does not parse (%s); "
+                          "skipped", GROUP_METADATA_TOPIC, load.partition, record.offset, e)
+                return
+            if control_type not in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+                return
+            pending = load.pending.pop(header.producer_id, {})
+            if control_type == ControlRecordType.COMMIT:
+                for (group_id, tp), (offset, position) in pending.items():
+                    current = load.positions.get((group_id, tp))
+                    offsets = load.offsets.setdefault(group_id, {})
+                    if tp not in offsets or current is None or current < position:
+                        offsets[tp] = offset
+                        load.positions[(group_id, tp)] = position
+            return
+
     def _read_record(self, load: _PartitionLoad, key: bytes | None, value: bytes | None,
-                     offset: int) -> None:
+                     offset: int, position: int = -1, producer_id: int = -1) -> None:
         where = f"{GROUP_METADATA_TOPIC}-{load.partition} at offset {offset}"
         if key is None:
             log.warning("%s: a record without a key; skipped", where)
@@ -445,21 +551,35 @@ class GroupMetadataManager:
                     load.groups[parsed.group] = read_group_metadata_value(value)
                     load.removed_groups.discard(parsed.group)
             else:
-                offsets = load.offsets.setdefault(parsed.group, {})
                 tp = (parsed.topic, parsed.partition)
+                key_ = (parsed.group, tp)
+                if producer_id >= 0:  # an open transaction's offset: pending until its marker
+                    pending = load.pending.setdefault(producer_id, {})
+                    if value is None:
+                        pending.pop(key_, None)
+                    else:
+                        pending[key_] = (_offset_of(value), position)
+                    return
+                offsets = load.offsets.setdefault(parsed.group, {})
                 if value is None:
                     offsets.pop(tp, None)
+                    load.positions.pop(key_, None)
                 else:
-                    v = read_offset_commit_value(value)
-                    offsets[tp] = OffsetAndMetadata(
-                        v.offset, v.leader_epoch, v.metadata, v.commit_timestamp,
-                        None if v.expire_timestamp == -1 else v.expire_timestamp)
+                    offsets[tp] = _offset_of(value)
+                    load.positions[key_] = position
         except ProtocolError as e:
             log.error("%s: a record that does not parse (%s); skipped", where, e)
 
     def _finish_load(self, load: _PartitionLoad) -> None:
         del self.loading[load.partition]
         self.owned_partitions.add(load.partition)
+        # Transactions still open at the log end: their offsets stay pending.
+        pending_by_group: dict[str, dict[int, dict[TopicPartition,
+                                                   tuple[OffsetAndMetadata, int]]]] = {}
+        for producer_id, producer_offsets in load.pending.items():
+            for (group_id, tp), pending in producer_offsets.items():
+                pending_by_group.setdefault(group_id, {}).setdefault(producer_id, {})[tp] = (
+                    pending)
         loaded = []
         for group_id, value in load.groups.items():
             group = group_metadata_from_value(group_id, value, self.time)
@@ -467,13 +587,22 @@ class GroupMetadataManager:
                 group.offsets = load.offsets.get(group_id, {})
                 loaded.append(group)
         # Groups that only store offsets (no metadata record, e.g. assign() consumers).
-        for group_id, offsets in load.offsets.items():
-            if group_id not in load.groups and offsets:
+        for group_id in {**load.offsets, **pending_by_group}:
+            if group_id not in load.groups and (load.offsets.get(group_id)
+                                                or group_id in pending_by_group):
                 group = GroupMetadata(group_id, GroupState.EMPTY, self.time)
-                group.offsets = offsets
+                group.offsets = load.offsets.get(group_id, {})
                 loaded.append(group)
         for group in loaded:
+            group.offset_positions = {
+                tp: load.positions[(group.group_id, tp)] for tp in group.offsets
+                if (group.group_id, tp) in load.positions}
+            group.pending_transactional_offsets = pending_by_group.get(group.group_id, {})
+        for group in loaded:
             if self.add_group(group) is group:
+                for producer_id in group.pending_transactional_offsets:
+                    self.open_groups_for_producer.setdefault(producer_id, set()).add(
+                        group.group_id)
                 load.on_group_loaded(group)
         took = self.time.milliseconds() - load.started_ms
         log.log(logging.INFO if load.records else logging.DEBUG,
@@ -492,6 +621,18 @@ class GroupMetadataManager:
             if self.partition_for(group.group_id) == partition:
                 on_group_unloaded(group)
                 del self.groups[group.group_id]
+                for producer_id in group.pending_transactional_offsets:
+                    groups = self.open_groups_for_producer.get(producer_id)
+                    if groups is not None:
+                        groups.discard(group.group_id)
+                        if not groups:
+                            del self.open_groups_for_producer[producer_id]
+
+
+def _offset_of(value: bytes) -> OffsetAndMetadata:
+    v = read_offset_commit_value(value)
+    return OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp,
+                             None if v.expire_timestamp == -1 else v.expire_timestamp)
 
 
 # ---- GroupMetadata <-> GroupMetadataValue ---------------------------------------------------

@@ -5,7 +5,9 @@ v0-3, and the batched v4+ of partition leaders with verify_only, KIP-890),
 AddOffsetsToTxn, EndTxn, DescribeTransactions and ListTransactions (KIP-664). Clients
 before KIP-588 (InitProducerId < v4, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn < v2)
 do not know PRODUCER_FENCED: they are told INVALID_PRODUCER_EPOCH, as Kafka does.
-FindCoordinator with key type TRANSACTION is the group APIs' (it needs the topic).
+FindCoordinator with key type TRANSACTION is answered here (find_coordinator), through
+the group APIs' FindCoordinator handler: the leader of the id's __transaction_state
+partition, the topic created on first use as Kafka creates it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from odradek.cluster.controller import Controller
+from odradek.cluster.metadata import TopicMetadata
+from odradek.cluster.topics import TRANSACTION_STATE_TOPIC, TopicExistsError
 from odradek.coordinator.transaction.transaction_coordinator import (
     TransactionCoordinator,
     TransactionResult,
@@ -22,6 +26,7 @@ from odradek.coordinator.transaction.transaction_coordinator import (
 from odradek.coordinator.transaction.transaction_metadata import TopicPartition
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
+from odradek.protocol.exceptions import KafkaError
 from odradek.protocol.framing import Request
 from odradek.protocol.message import Message
 from odradek.protocol.messages import (
@@ -40,6 +45,7 @@ from odradek.protocol.messages import (
 )
 from odradek.server.config import BrokerConfig
 from odradek.server.network import RequestContext
+from odradek.storage.errors import InvalidConfigError
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +62,54 @@ def _fenced_for(version: int, first_version_with_fenced: int, error: int) -> int
 
 class TransactionApis:
     def __init__(self, config: BrokerConfig, coordinator: TransactionCoordinator,
-                 controller: Controller) -> None:
+                 controller: Controller,
+                 endpoint: Callable[[int, RequestContext], tuple[str, int] | None]
+                 ) -> None:
         self.config = config
         self.coordinator = coordinator
         self.controller = controller
+        self.endpoint = endpoint  # a broker's (host, port) on the request's listener
+
+    # ---- FindCoordinator (key type TRANSACTION) -----------------------------------------
+
+    async def find_coordinator(self, transactional_id: str, context: RequestContext
+                               ) -> tuple[int, str | None, int, str, int]:
+        """(error, message, node id, host, port) for a transactional id."""
+        topic = await self._transaction_state_topic()
+        if topic is not None:
+            state = topic.partitions.get(self.coordinator.partition_for(transactional_id))
+            address = (self.endpoint(state.leader, context)
+                       if state is not None and state.leader >= 0 else None)
+            if state is not None and address is not None:
+                return ErrorCode.NONE, None, state.leader, address[0], address[1]
+        return (ErrorCode.COORDINATOR_NOT_AVAILABLE, "the transaction coordinator is not "
+                "available", -1, "", -1)
+
+    async def _transaction_state_topic(self) -> TopicMetadata | None:
+        """__transaction_state, created now if it does not exist yet (Kafka's rule: with
+        fewer live brokers than its replication factor, not yet; a single node caps it)."""
+        topic = self.controller.topics.get(TRANSACTION_STATE_TOPIC)
+        if topic is not None:
+            return topic
+        settings = self.coordinator.config
+        replication_factor = settings.transaction_log_replication_factor
+        live = len(self.controller.live_brokers)
+        if self.controller.single_node:
+            replication_factor = min(replication_factor, live)
+        elif live < replication_factor:
+            log.info("%d live brokers, fewer than transaction.state.log.replication.factor="
+                     "%d: %s is created once enough have joined", live, replication_factor,
+                     TRANSACTION_STATE_TOPIC)
+            return None
+        try:
+            return await self.controller.create_topic(
+                TRANSACTION_STATE_TOPIC, settings.transaction_log_num_partitions,
+                replication_factor, settings.topic_configs(replication_factor))
+        except TopicExistsError:  # another request created it meanwhile
+            return self.controller.topics.get(TRANSACTION_STATE_TOPIC)
+        except (KafkaError, InvalidConfigError) as e:
+            log.error("cannot create %s: %s", TRANSACTION_STATE_TOPIC, e)
+            return None
 
     def handlers(self) -> dict[int, Callable[[Request, RequestContext], Any]]:
         return {
