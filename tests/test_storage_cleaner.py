@@ -1,7 +1,8 @@
 """Log compaction on real files: what survives a round (latest value per key, offsets,
 tombstones until their delete horizon), when a log is cleanable (dirty ratio, compaction
 lags), how batches are rewritten, crash safety of the swap, the cleaner checkpoint and
-threads, a model-based test, and librdkafka reading compacted batches."""
+threads, a model-based test, librdkafka reading compacted batches, and transactions
+(aborted records, markers and their delete horizon, producers' last batches, .txnindex)."""
 
 from __future__ import annotations
 
@@ -20,11 +21,13 @@ from hypothesis import strategies as st
 
 from odradek.protocol.records import (
     LOG_APPEND_TIME,
+    ControlRecordType,
     Record,
     RecordBatchHeader,
     SimpleRecord,
     build_control_batch,
     build_record_batch,
+    decode_control_record,
     decode_records,
     iter_batch_headers,
     validate_batch,
@@ -271,10 +274,14 @@ def test_control_batches_and_keyless_records_are_kept(tmp_path: Path) -> None:
     batches = list(batches_of(log))
     assert [(r.offset, r.key, r.value) for h, rs in batches if not h.is_control for r in rs
             ] == [(1, None, b"no key"), (3, b"k", b"2"), (4, None, b"no key either")]
-    control = [h for h, _ in batches if h.is_control]
-    assert len(control) == 1 and control[0].base_offset == 2
-    data = log.segments()[0].pread(0, log.segments()[0].size)
-    assert bytes(marker) in data  # byte for byte
+    control = [(h, rs) for h, rs in batches if h.is_control]
+    assert len(control) == 1 and control[0][0].base_offset == 2
+    # A marker of a transaction without data here is kept, stamped with its delete
+    # horizon (see the transactional tests at the end); its record is as it was.
+    original = RecordBatchHeader.parse(marker)
+    assert control[0][0].delete_horizon_ms == clock() + 86_400_000
+    assert [(r.key, r.value) for r in control[0][1]] == [
+        (r.key, r.value) for r in decode_records(marker, 0, original)]
 
 
 def test_an_emptied_last_batch_keeps_the_segment_end(tmp_path: Path) -> None:
@@ -1012,3 +1019,384 @@ def test_an_undecided_transaction_holds_the_cleaner_back(tmp_path: Path) -> None
     log.update_high_watermark(log.log_end_offset)
     assert log.first_unstable_offset is None
     assert cleanable_offsets(log, None, clock())[1] == log.segments()[-1].base_offset
+
+
+# ---- transactions (Kafka's CleanedTransactionMetadata) -------------------------------------
+
+TXN_A, TXN_B, TXN_C = 500, 600, 800
+DAY_MS = 86_400_000  # delete.retention.ms's default
+
+
+class Producer:
+    """A transactional producer: batches with its id, epoch and running sequence."""
+
+    def __init__(self, log: Log, pid: int, epoch: int = 0) -> None:
+        self.log, self.pid, self.epoch, self.seq = log, pid, epoch, 0
+
+    def send(self, *items: tuple[bytes, bytes | None], transactional: bool = True) -> int:
+        first = put(self.log, *items, producer_id=self.pid, producer_epoch=self.epoch,
+                    base_sequence=self.seq, is_transactional=transactional)
+        self.seq += len(items)
+        return first
+
+    def end(self, commit: bool, epoch: int | None = None) -> int:
+        """The coordinator's marker (a bumped epoch: the coordinator fenced the producer)."""
+        epoch = self.epoch if epoch is None else epoch
+        marker = build_control_batch(commit, self.pid, epoch, 0, self.log.clock())
+        return self.log.append_as_leader(bytearray(marker),
+                                         origin=AppendOrigin.COORDINATOR).first_offset
+
+
+def fetched_batches(log: Log) -> list[tuple[RecordBatchHeader, list[Record]]]:
+    """Every batch a consumer fetches from the log start to the log end, in order."""
+    found = []
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        data = log.read(offset, 1 << 20).read()
+        for pos, header in iter_batch_headers(data):
+            validate_batch(data, pos, header, from_client=False)
+            if header.last_offset >= offset:
+                found.append((header, decode_records(data, pos, header)))
+            next_offset = header.next_offset
+        offset = next_offset
+    return found
+
+
+def read_committed(log: Log) -> list[Row]:
+    """What a read_committed consumer gets (everything decided and replicated: the LSO is
+    the log end): the fetched data batches, minus those of the aborted transactions the
+    fetch returns, filtered as Kafka's consumer does (a producer is aborting from an
+    aborted transaction's first offset to its ABORT marker)."""
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset(log.log_end_offset) == log.log_end_offset
+    aborted = sorted(log.collect_aborted_transactions(log.log_start_offset, log.log_end_offset),
+                     key=lambda t: t.first_offset)
+    aborting: set[int] = set()
+    rows: list[Row] = []
+    for header, records in fetched_batches(log):
+        while aborted and aborted[0].first_offset <= header.last_offset:
+            aborting.add(aborted.pop(0).producer_id)
+        if header.is_control:
+            if records and decode_control_record(records[0])[0] == ControlRecordType.ABORT:
+                aborting.discard(header.producer_id)
+            continue
+        if header.is_transactional and header.producer_id in aborting:
+            continue
+        rows += [(r.offset, r.key, r.value) for r in records]
+    return rows
+
+
+def latest_per_key(rows: list[Row]) -> list[Row]:
+    latest = {key: (offset, key, value) for offset, key, value in rows}
+    return sorted(latest.values())
+
+
+def data_rows(log: Log) -> list[Row]:
+    return [(r.offset, r.key, r.value) for h, rs in batches_of(log) if not h.is_control
+            for r in rs]
+
+
+def markers(log: Log) -> list[tuple[int, int, int | None]]:
+    """(offset, producer id, delete horizon) of the markers with their record."""
+    return [(h.base_offset, h.producer_id, h.delete_horizon_ms)
+            for h, rs in batches_of(log) if h.is_control and rs]
+
+
+def aborted_entries(log: Log) -> list[tuple[int, int, int]]:
+    return [(t.producer_id, t.first_offset, t.last_offset)
+            for t in log.collect_aborted_transactions(log.log_start_offset, log.log_end_offset)]
+
+
+def test_aborted_records_go_and_never_shadow_committed_ones(tmp_path: Path) -> None:
+    clock = Clock()
+    log = open_log(tmp_path, clock)
+    put(log, (b"a", b"a1"), (b"b", b"b1"))
+    a, b = Producer(log, TXN_A), Producer(log, TXN_B)
+    a.send((b"a", b"aborted"), (b"c", b"aborted"))
+    b.send((b"b", b"b2 committed"))
+    a.send((b"b", b"aborted too"))
+    abort = a.end(commit=False)
+    commit = b.end(commit=True)
+    put(log, (b"d", b"d1"))
+    log.roll()
+    before = read_committed(log)
+    assert [v for _, _, v in before] == [b"a1", b"b1", b"b2 committed", b"d1"]
+
+    result = cleaner_for(log, clock).clean_log(log)
+    assert result is not None and result.aborted_records_removed == 3
+    # Committed values by key as always: b1 goes (b2 committed is later), a1 stays (the
+    # later aborted `a` is not a value).
+    assert data_rows(log) == [(0, b"a", b"a1"), (4, b"b", b"b2 committed"), (8, b"d", b"d1")]
+    assert read_committed(log) == latest_per_key(before)
+    # Both transactions had batches in this round: their markers stay, and the abort
+    # its index entry (the producer's last batch is kept, empty).
+    assert [o for o, _, _ in markers(log)] == [abort, commit]
+    assert aborted_entries(log) == [(TXN_A, 2, abort)]
+    (empty,) = [h for h, rs in batches_of(log) if h.producer_id == TXN_A and not h.is_control]
+    assert (empty.base_offset, empty.records_count, empty.is_transactional) == (5, 0, True)
+    assert (empty.producer_epoch, empty.base_sequence) == (0, 2)
+    # Reopened after a crash (producer state rebuilt from the log): nothing hangs.
+    log = reopened(log, clock, clean=False)
+    log.update_high_watermark(log.log_end_offset)
+    assert log.first_unstable_offset is None
+    assert log.active_producers()[TXN_A].last_seq == 2
+    assert read_committed(log) == latest_per_key(before)
+
+
+def test_markers_stay_while_their_data_does_then_until_their_horizon(tmp_path: Path) -> None:
+    clock = Clock()
+    log = open_log(tmp_path, clock, delete_retention_ms=1000)
+    a, b = Producer(log, TXN_A), Producer(log, TXN_B)
+    a.send((b"x", b"aborted"))
+    abort = a.end(commit=False)
+    b.send((b"y", b"y1"))
+    superseded_commit = b.end(commit=True)
+    b.send((b"y", b"y2"))  # the later committed value of y; the producer's last batch
+    kept_commit = b.end(commit=True)
+    a.send((b"z", b"z1"), transactional=False)  # a's last batch is past its abort
+    log.roll()
+    before = read_committed(log)
+    cleaner = cleaner_for(log, clock)
+
+    # 1st round: the data goes, the markers stay (this round met their batches).
+    cleaner.clean_log(log, T0 + 10)
+    assert markers(log) == [(abort, TXN_A, None), (superseded_commit, TXN_B, None),
+                            (kept_commit, TXN_B, None)]
+    assert aborted_entries(log) == [(TXN_A, 0, abort)]
+    assert read_committed(log) == latest_per_key(before)
+    # 2nd round: no batch of either is left: stamped with a delete horizon, like
+    # tombstones; the abort's index entry goes (nothing of its transaction is left).
+    result = cleaner.clean_log(log, T0 + 20)
+    assert result is not None and result.earliest_delete_horizon == T0 + 20 + 1000
+    assert markers(log) == [(abort, TXN_A, T0 + 1020), (superseded_commit, TXN_B, T0 + 1020),
+                            (kept_commit, TXN_B, None)]
+    assert aborted_entries(log) == []
+    assert read_committed(log) == latest_per_key(before)
+    # Not yet at the horizon: nothing changes; the cleaner comes back at the horizon by
+    # itself and drops them.
+    cleaner.clean_log(log, T0 + 1019)
+    assert len(markers(log)) == 3
+    result = cleaner.maybe_clean(T0 + 1020)
+    assert result is not None and result.markers_removed == 2
+    assert markers(log) == [(kept_commit, TXN_B, None)]  # y2 is still there
+    assert read_committed(log) == latest_per_key(before)
+    assert data_rows(log) == latest_per_key(before)
+    log = reopened(log, clock, clean=False)
+    log.update_high_watermark(log.log_end_offset)
+    assert log.first_unstable_offset is None
+    assert read_committed(log) == latest_per_key(before)
+
+
+def test_each_producers_last_batch_or_marker_is_kept(tmp_path: Path) -> None:
+    """Idempotence and fencing survive cleaning: an emptied last data batch keeps the
+    producer's sequence, and a last marker with a bumped epoch (the coordinator aborted
+    a fenced producer's transaction) stays, emptied after its horizon, with its epoch."""
+    clock = Clock()
+    log = open_log(tmp_path, clock, delete_retention_ms=1000)
+    a, c = Producer(log, TXN_A), Producer(log, TXN_C)
+    a.send((b"k", b"aborted"))
+    abort = a.end(commit=False)
+    c.send((b"k", b"fenced"), (b"j", b"fenced"))
+    fenced = c.end(commit=False, epoch=1)
+    put(log, (b"k", b"plain"))
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)  # decided and replicated: cleanable
+    cleaner = cleaner_for(log, clock)
+    for now in (T0 + 1, T0 + 2, T0 + 5000, T0 + 10_000):
+        cleaner.clean_log(log, now)
+    batches = [(h.base_offset, h.producer_id, h.producer_epoch, h.is_control, h.records_count)
+               for h, _ in batches_of(log)]
+    # A's aborted batch is its last: kept empty, and its marker with it, for good; C's
+    # data goes, its marker (its last entry, epoch 1) stays empty.
+    assert batches == [(0, TXN_A, 0, False, 0), (abort, TXN_A, 0, True, 1),
+                       (fenced, TXN_C, 1, True, 0), (fenced + 1, -1, -1, False, 1)]
+    assert aborted_entries(log) == [(TXN_A, 0, abort)]
+    assert read_committed(log) == [(fenced + 1, b"k", b"plain")]
+    log = reopened(log, clock, clean=False)
+    producers = log.active_producers()
+    assert producers[TXN_A].last_seq == 0 and producers[TXN_C].producer_epoch == 1
+    log.update_high_watermark(log.log_end_offset)
+    assert log.first_unstable_offset is None
+
+
+def test_a_transaction_across_groups(tmp_path: Path) -> None:
+    """The aborted transaction's records and the committed one's span segments cleaned
+    in separate groups; a segment whose last batch goes ends with a bare empty batch."""
+    clock = Clock()
+    log = open_log(tmp_path, clock, segment_bytes=300)
+    a, b = Producer(log, TXN_A), Producer(log, TXN_B)
+    a.send((b"k", b"aborted 1"))
+    b.send((b"k", b"committed"))
+    log.roll()
+    a.send((b"j", b"aborted 2"))
+    log.roll()
+    abort = a.end(commit=False)
+    commit = b.end(commit=True)
+    a.send((b"z", b"later"), transactional=False)
+    log.roll()
+    before = read_committed(log)
+    result = cleaner_for(log, clock).clean_log(log)
+    assert result is not None and result.segments_written >= 2
+    assert read_committed(log) == latest_per_key(before) == [(1, b"k", b"committed"),
+                                                              (5, b"z", b"later")]
+    # The second segment's only batch (aborted) is now a bare empty batch.
+    (placeholder,) = [h for h, _ in batches_of(log) if h.base_offset == 2]
+    assert (placeholder.records_count, placeholder.producer_id) == (0, -1)
+    assert not placeholder.is_transactional and not placeholder.is_control
+    assert [o for o, _, _ in markers(log)] == [abort, commit]
+    assert aborted_entries(log) == [(TXN_A, 0, abort)]
+
+
+@pytest.mark.parametrize("point", list(CRASH_POINTS))
+def test_a_crash_while_cleaning_transactions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             point: str) -> None:
+    """A crash at each step of a swap, then recovery of every segment (producer state and
+    .txnindex rebuilt from what is left): read_committed sees the same, nothing hangs, and
+    the next round ends where an uninterrupted one does."""
+    clock = Clock()
+    props = {"segment_bytes": 1000}
+    log = open_log(tmp_path / "original", clock, **props)
+    a, b = Producer(log, TXN_A), Producer(log, TXN_B)
+    for i in range(6):
+        put(log, (f"unique{i}".encode(), b"u"))
+        a.send((f"k{i % 3}".encode(), f"aborted{i}".encode()))
+        b.send((f"k{i % 4}".encode(), f"committed{i}".encode()))
+    log.roll()
+    for i in range(6):
+        a.send((f"k{i % 3}".encode(), f"aborted more{i}".encode()))
+        put(log, (f"k{i % 2}".encode(), f"plain{i}".encode()))
+    a.end(commit=False)
+    b.end(commit=True)
+    log.roll()
+    a.send((b"last", b"of a"), transactional=False)
+    log.close()
+    for name in ("reference", "crashed"):
+        shutil.copytree(tmp_path / "original", tmp_path / name)
+
+    reference = open_log(tmp_path / "reference", clock, **props)
+    before = read_committed(reference)
+    expected = latest_per_key(before)
+    result = cleaner_for(reference, clock).clean_log(reference)
+    assert result is not None and result.segments_written >= 2
+    assert read_committed(reference) == expected
+
+    crashing = open_log(tmp_path / "crashed", clock, **props)
+    crashing.update_high_watermark(crashing.log_end_offset)
+    end = crashing.log_end_offset
+    make_crash, _ = CRASH_POINTS[point]
+    make_crash(monkeypatch)
+    with pytest.raises(Crash):
+        cleaner_for(crashing, clock).clean_log(crashing)
+    monkeypatch.undo()
+    crash(crashing)
+    log = Log.open(crashing.directory, crashing.config, clock=clock, clean_shutdown=False,
+                   recovery_point=0)
+    assert log.log_end_offset == end
+    rows = read_committed(log)
+    assert latest_per_key(rows) == expected and set(expected) <= set(rows) <= set(before)
+    assert log.first_unstable_offset is None
+    cleaner_for(log, clock).clean_log(log)
+    assert read_committed(log) == expected
+    assert data_rows(log) == data_rows(reference)
+    log.close()
+    reference.close()
+
+
+txn_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), st.tuples(st.integers(0, 1), st.sampled_from(KEYS))),
+        st.tuples(st.just("send"), st.tuples(st.integers(0, 1), st.sampled_from(KEYS))),
+        st.tuples(st.just("end"), st.tuples(st.integers(0, 1), st.booleans())),
+        st.tuples(st.just("roll"), st.none()),
+        st.tuples(st.just("tick"), st.integers(1, 80)),
+        st.tuples(st.just("clean"), st.none()),
+        st.tuples(st.just("reopen"), st.booleans()),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(txn_operations)
+def test_transactional_compaction_matches_a_model(ops: list[tuple[str, object]]) -> None:
+    """Two producers writing plain (idempotent) batches and transactions that commit or
+    abort, rolls, rounds, restarts and crashes: a read_committed reader sees, below the
+    round's first uncleanable offset, the latest committed value of each key and nothing
+    aborted, and from there on every committed record; the producer state rebuilt from
+    the cleaned log has the same open transactions."""
+    with tempfile.TemporaryDirectory() as tmp:
+        clock = Clock()
+        props = {"segment_bytes": 400, "delete_retention_ms": DELETE_RETENTION_MS}
+        log = open_log(Path(tmp), clock, **props)
+        holder = [log]
+        cleaner = cleaner_for(lambda: holder[0], clock, io_buffer_size=100)
+        producers = [Producer(log, TXN_A), Producer(log, TXN_B)]
+        committed: dict[int, tuple[bytes, bytes]] = {}
+        pending: list[dict[int, tuple[bytes, bytes]]] = [{}, {}]
+        n = 0
+        for op, arg in ops:
+            log = holder[0]
+            if op in ("put", "send"):
+                i, key = arg  # type: ignore[misc]
+                n += 1
+                value = b"%d" % n
+                if op == "put" and pending[i]:
+                    continue  # a producer's transaction is open: it cannot write outside
+                offset = producers[i].send((key, value), transactional=op == "send")
+                (pending[i] if op == "send" else committed)[offset] = (key, value)
+            elif op == "end":
+                i, commit = arg  # type: ignore[misc]
+                producers[i].end(commit)
+                if commit:
+                    committed.update(pending[i])
+                pending[i] = {}
+            elif op == "roll":
+                log.roll()
+            elif op == "tick":
+                clock.now += arg  # type: ignore[operator]
+            elif op == "reopen":
+                holder[0] = log = reopened(log, clock, clean=bool(arg))
+                for p in producers:
+                    p.log = log
+            log.update_high_watermark(log.log_end_offset)
+            open_firsts = [min(p) for p in pending if p]
+            assert log.first_unstable_offset == (min(open_firsts) if open_firsts else None)
+            if op != "clean":
+                continue
+            result = cleaner.clean_log(log)
+            assert result is not None
+            upper = result.first_uncleanable_offset
+            stable = log.last_stable_offset(log.log_end_offset)
+            rows = [r for r in read_committed_below(log, stable)]
+            want = [(o, *committed[o]) for o in sorted(committed) if o < stable]
+            assert [r for r in rows if r[0] < upper] == latest_per_key(
+                [r for r in want if r[0] < upper])
+            assert [r for r in rows if r[0] >= upper] == [r for r in want if r[0] >= upper]
+            aborted_or_open = {o for o in data_offsets(log) if o < upper} - set(committed)
+            assert not aborted_or_open
+        holder[0].close()
+
+
+def data_offsets(log: Log) -> set[int]:
+    return {r.offset for h, rs in batches_of(log) if not h.is_control for r in rs}
+
+
+def read_committed_below(log: Log, upper: int) -> list[Row]:
+    """read_committed's filtering (see read_committed) up to the last stable offset."""
+    aborted = sorted(log.collect_aborted_transactions(log.log_start_offset, upper),
+                     key=lambda t: t.first_offset)
+    aborting: set[int] = set()
+    rows: list[Row] = []
+    for header, records in fetched_batches(log):
+        if header.base_offset >= upper:
+            break
+        while aborted and aborted[0].first_offset <= header.last_offset:
+            aborting.add(aborted.pop(0).producer_id)
+        if header.is_control:
+            if records and decode_control_record(records[0])[0] == ControlRecordType.ABORT:
+                aborting.discard(header.producer_id)
+            continue
+        if header.is_transactional and header.producer_id in aborting:
+            continue
+        rows += [(r.offset, r.key, r.value) for r in records if r.offset < upper]
+    return rows

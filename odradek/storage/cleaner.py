@@ -28,23 +28,43 @@ change). A later round drops the tombstone once now >= that horizon. A log with 
 horizon is cleaned even when its dirty ratio is low (the horizon is remembered in memory;
 after a restart it waits for the next round the dirty ratio triggers).
 
-Batches: control batches (transaction markers) are copied as they are; a batch whose
-records all survive (and needs no new horizon) is copied byte for byte; a batch that
-loses some is rebuilt with its base offset, lastOffsetDelta, partition leader epoch,
-producer id/epoch/base sequence, timestamp type, codec and the survivors' own offset and
-timestamp deltas (maxTimestamp recomputed from the survivors under CreateTime, as Kafka
-does). A batch that loses every record is dropped, with one exception: if it is the last
-batch of a group of segments, an empty batch (no records, same base offset and
-lastOffsetDelta and the original max timestamp, like Kafka's empty batches that keep
-producer state) takes its place, so
-that the cleaned segment ends at the same offset as the segments it replaces. That keeps
-the log end offset and segment boundaries intact, and it is what Log's crash recovery
-needs: a .swap segment replaces the old segments whose base offsets are below its next
-offset. As Kafka, the last data batch of each active idempotent producer is kept too, empty
-if none of its records survives (its header holds the producer id, epoch and sequences),
-so that the producer state rebuilt from the log after a crash still has it. Aborted
-transactional records are kept like committed ones; the `.txnindex` entries of the
-replaced segments are carried to the cleaned one.
+Batches: a batch whose records all survive (and needs no new horizon) is copied byte for
+byte; a batch that loses some is rebuilt with its base offset, lastOffsetDelta, partition
+leader epoch, producer id/epoch/base sequence, timestamp type, codec and the survivors'
+own offset and timestamp deltas (maxTimestamp recomputed from the survivors under
+CreateTime, as Kafka does). A batch that loses every record is dropped, with one
+exception: if it is the last batch of a group of segments, an empty batch (no records,
+same base offset and lastOffsetDelta and the original max timestamp, like Kafka's empty
+batches that keep producer state) takes its place, so that the cleaned segment ends at the
+same offset as the segments it replaces. That keeps the log end offset and segment
+boundaries intact, and it is what Log's crash recovery needs: a .swap segment replaces the
+old segments whose base offsets are below its next offset. As Kafka, the last data batch
+of each active idempotent producer is kept too, empty if none of its records survives (its
+header holds the producer id, epoch and sequences), so that the producer state rebuilt
+from the log after a crash still has it; a producer whose last entry is a marker (its
+epoch bumped by the coordinator) keeps its markers of that epoch, emptied once they may
+go.
+
+Transactions (Kafka's CleanedTransactionMetadata, KIP-98). Everything below the first
+uncleanable offset is decided, and the `.txnindex` entries overlapping the round's range
+say which transactions aborted. A round, from the log start on:
+
+  * drops every record of an aborted transaction's batches (kept empty only as its
+    producer's last batch), and never maps them: an aborted value shadows nothing;
+  * keeps or drops a committed transaction's records by key, as any others;
+  * keeps a control batch (COMMIT/ABORT marker) while the round met a batch of the
+    transaction it ends (even one whose records all went this round: the marker goes
+    in a later round, never before its data); once none is met, stamps it with a delete
+    horizon as a tombstone's (now + delete.retention.ms) and drops it in a round at or
+    past it; an empty control batch (emptied before) is dropped unless it is its
+    producer's last entry;
+  * writes to the cleaned segment the `.txnindex` entry of each ABORT marker it keeps
+    whose transaction still has batches; the others go with their data.
+
+A group's last batch, when dropped, is replaced by an empty batch; one from a
+transactional or control batch loses its producer id and flags (newer Kafka keeps the
+round's last batch empty with them): it holds the offset, nothing of a transaction, so
+no marker waits for it.
 
 Each group (consecutive segments whose output fits segment.bytes, an offset range of
 2^31 - 1 as Kafka's, and the index files) is written as a new `.cleaned` segment,
@@ -56,13 +76,14 @@ keep reading them until file.delete.delay.ms. Any failure before a swap removes 
 Log.open. Groups are swapped in offset order, so a tombstone is only ever dropped after
 every older value of its key is gone.
 
-Not (yet) Kafka's: I/O throttling (log.cleaner.io.max.bytes.per.second), the
-last-stable-offset bound (no transactions yet), and rolling the active segment after
-max.compaction.lag.ms (that is the log's roll policy).
+Not (yet) Kafka's: I/O throttling (log.cleaner.io.max.bytes.per.second), and rolling the
+active segment after max.compaction.lag.ms (that is the log's roll policy).
 """
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import hashlib
 import logging
 import os
@@ -75,6 +96,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from odradek.protocol.compression import compress
+from odradek.protocol.exceptions import ProtocolError
 from odradek.protocol.records import (
     CONTROL_FLAG_MASK,
     CRC_OFFSET,
@@ -83,13 +105,18 @@ from odradek.protocol.records import (
     HEADER_STRUCT,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
+    ControlRecordType,
     Record,
     RecordBatchHeader,
     compute_crc,
+    decode_control_record,
     decode_records,
     encode_record,
     iter_batch_headers,
@@ -102,6 +129,7 @@ from odradek.storage.index import CorruptIndexError
 from odradek.storage.log import Clock, Log, system_clock
 from odradek.storage.log_dir import is_no_space
 from odradek.storage.segment import CLEANED_SUFFIX, BatchAppend, LogSegment
+from odradek.storage.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -180,10 +208,16 @@ class CleanResult:
     tombstones_dropped: int = 0
     batches_rebuilt: int = 0
     empty_batches_written: int = 0
-    # The earliest delete horizon of a tombstone the round kept: a round at or after it
-    # has tombstones to drop.
+    aborted_records_removed: int = 0  # records of aborted transactions
+    markers_removed: int = 0  # transaction markers past their delete horizon
+    # The earliest delete horizon of a tombstone or marker the round kept: a round at or
+    # after it has something to drop.
     earliest_delete_horizon: int | None = None
     map_full: bool = False
+
+    def note_delete_horizon(self, horizon: int) -> None:
+        earliest = self.earliest_delete_horizon
+        self.earliest_delete_horizon = horizon if earliest is None else min(earliest, horizon)
 
 
 class CleaningAbortedError(StorageError):
@@ -411,6 +445,115 @@ def rebuild_batch(header: RecordBatchHeader, records: list[Record],
     return _pack_batch(header, attributes, base_timestamp, max_timestamp, len(records), section)
 
 
+# ---- transactions (Kafka's CleanedTransactionMetadata) ------------------------------------
+
+
+class _AbortedTxns:
+    """The aborted transactions of the range a round cleans (from the .txnindex), looked
+    up by producer and offset: a transactional data batch is aborted when one of them of
+    its producer spans its offsets."""
+
+    def __init__(self, entries: Iterable[AbortedTxn]) -> None:
+        by_producer: dict[int, dict[int, AbortedTxn]] = {}
+        for txn in entries:  # the same entry may be found twice: keep one per first offset
+            by_producer.setdefault(txn.producer_id, {})[txn.first_offset] = txn
+        self._txns = {pid: sorted(txns.values()) for pid, txns in by_producer.items()}
+        self._firsts = {pid: [t.first_offset for t in txns] for pid, txns in self._txns.items()}
+
+    def find(self, header: RecordBatchHeader) -> AbortedTxn | None:
+        """The aborted transaction the (transactional) batch belongs to, if any."""
+        firsts = self._firsts.get(header.producer_id)
+        if not firsts:
+            return None
+        i = bisect.bisect_right(firsts, header.base_offset) - 1
+        if i < 0:
+            return None
+        txn = self._txns[header.producer_id][i]
+        return txn if header.base_offset <= txn.last_offset else None
+
+
+class _CleanedTxnMetadata:
+    """What one round has seen of each producer's transactions, from the log start on
+    (Kafka's CleanedTransactionMetadata): it decides whether a data batch is aborted (its
+    records go) and whether a marker may go (no batch of its transaction was met in this
+    round), and which .txnindex entries the cleaned segments keep."""
+
+    def __init__(self, aborted: _AbortedTxns) -> None:
+        self.aborted = aborted
+        self._aborted_seen: dict[int, AbortedTxn] = {}  # producer -> its open aborted txn
+        self._committed_seen: set[int] = set()  # producers with a batch of a kept txn
+
+    def on_batch_read(self, header: RecordBatchHeader) -> bool:
+        """A data batch: True when it belongs to an aborted transaction (its records go)."""
+        if not header.is_transactional or header.producer_id < 0:
+            return False
+        txn = self.aborted.find(header)
+        if txn is not None:
+            self._aborted_seen[header.producer_id] = txn
+            return True
+        self._committed_seen.add(header.producer_id)
+        return False
+
+    def on_control_batch_read(self, header: RecordBatchHeader, records: list[Record],
+                              ) -> tuple[bool, AbortedTxn | None]:
+        """A control batch: (whether it may be discarded, the .txnindex entry to keep with
+        it). A marker stays while the round met a batch of the transaction it ends, and
+        its abort entry with it; an empty control batch was emptied by an earlier round."""
+        if not records:
+            return True, None
+        try:
+            control_type, _ = decode_control_record(records[0])
+        except ProtocolError:
+            return False, None  # not ours to judge: kept
+        pid = header.producer_id
+        if control_type not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+            return False, None
+        aborted = self._aborted_seen.pop(pid, None)
+        committed = pid in self._committed_seen
+        self._committed_seen.discard(pid)
+        entry = None
+        if (control_type == ControlRecordType.ABORT and aborted is not None
+                and aborted.last_offset == header.base_offset):
+            entry = aborted
+        return not (aborted is not None or committed), entry
+
+
+@dataclass(slots=True)
+class _RoundState:
+    """What a round carries from segment to segment."""
+
+    txns: _CleanedTxnMetadata
+    # producer id -> offset of its last data batch (None: it has none) and its epoch, taken
+    # before copying: a producer's later batches are past what this round cleans.
+    producers: dict[int, tuple[int | None, int]]
+
+    def is_last_batch_of_producer(self, header: RecordBatchHeader) -> bool:
+        """Kafka's isBatchLastRecordOfProducer: the batch holding an active producer's
+        last data offset (its last sequence), or, for a producer whose last entry is a
+        marker, its markers of the current epoch (the epoch fences zombies)."""
+        if header.producer_id < 0:
+            return False
+        last = self.producers.get(header.producer_id)
+        if last is None:
+            return False
+        offset, epoch = last
+        if offset is not None:
+            return header.last_offset == offset
+        return header.is_control and header.producer_epoch == epoch
+
+
+def _offset_placeholder(header: RecordBatchHeader) -> bytes:
+    """The empty batch that ends a group in place of its dropped last batch. A
+    transactional or control batch's loses its producer and flags: it holds an offset,
+    nothing of a transaction (a marker may go while it stays)."""
+    if header.is_transactional or header.is_control:
+        header = dataclasses.replace(
+            header, attributes=header.attributes & TIMESTAMP_TYPE_MASK,
+            producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH,
+            base_sequence=NO_SEQUENCE)
+    return rebuild_batch(header, [])
+
+
 # ---- one round (Cleaner) ---------------------------------------------------------------
 
 
@@ -444,19 +587,27 @@ class Cleaner:
         cleanable = [s for s in segments[:-1] if s.base_offset < upper]
         result = CleanResult(first_dirty, first_dirty, upper)
         # Taken before copying: a producer's later batches are past what this round cleans.
-        producer_last_offsets = log.last_offsets_of_active_producers()
-        end = self._build_offset_map(log, cleanable, first_dirty, upper, result)
+        producers = {
+            pid: (e.last_data_offset if e.batches else None, e.producer_epoch)
+            for pid, e in log.active_producers().items()
+        }
+        # Every transaction below `upper` is decided: the .txnindex says which aborted.
+        aborted = _AbortedTxns(
+            log.collect_aborted_transactions(cleanable[0].base_offset, upper)
+            if cleanable else ())
+        end = self._build_offset_map(log, cleanable, first_dirty, upper, result, aborted)
         result.end_offset = max(first_dirty, end)
         to_copy = [s for s in cleanable if s.base_offset < min(end, upper)]
         next_bases = {
             id(s): (segments[i + 1].base_offset if i + 1 < len(segments) else upper)
             for i, s in enumerate(segments)
         }
+        state = _RoundState(_CleanedTxnMetadata(aborted), producers)
         i = 0
         while i < len(to_copy):
             self._check_abort(log)
             i = self._clean_group(log, config, to_copy, i, next_bases, end, now, result,
-                                  producer_last_offsets)
+                                  state)
         logger.info(
             "cleaned %s: offsets [%d, %d) mapped, %d segments into %d, %d -> %d bytes, "
             "%d of %d records kept", log.name, first_dirty, result.end_offset,
@@ -468,9 +619,10 @@ class Cleaner:
     # -- the offset map --
 
     def _build_offset_map(self, log: Log, cleanable: list[LogSegment], first_dirty: int,
-                          upper: int, result: CleanResult) -> int:
+                          upper: int, result: CleanResult, aborted: _AbortedTxns) -> int:
         """Maps the dirty section's keys; returns the first offset not mapped (`upper`
-        unless the map filled up)."""
+        unless the map filled up). Records of aborted transactions are not mapped: they
+        go, and must not shadow the values before them."""
         offset_map = self.offset_map
         offset_map.clear()
         if first_dirty >= upper:
@@ -486,6 +638,8 @@ class Cleaner:
                 self._check_abort(log)
                 if header.last_offset < first_dirty or header.is_control:
                     continue
+                if header.is_transactional and aborted.find(header) is not None:
+                    continue
                 validate_batch(data, 0, header, from_client=False)
                 for record in decode_records(data, 0, header):
                     if record.key is None or record.offset < first_dirty:
@@ -499,7 +653,7 @@ class Cleaner:
 
     def _clean_group(self, log: Log, config: LogConfig, segments: list[LogSegment], i: int,
                      next_bases: dict[int, int], end: int, now: int,
-                     result: CleanResult, producer_last_offsets: dict[int, int]) -> int:
+                     result: CleanResult, state: _RoundState) -> int:
         """Writes segments[i:j] (as many as fit) into one .cleaned segment and swaps it
         in; returns j."""
         first = segments[i]
@@ -517,20 +671,15 @@ class Cleaner:
                     break
                 sizes[id(segment)] = segment.size
                 last = self._copy_segment(log, segment, out, end, now, config, result,
-                                          producer_last_offsets)
+                                          state)
                 if last is not None:
                     last_header, written = last
                     dropped_last = None if written else last_header
                 group.append(segment)
                 i += 1
             if dropped_last is not None:
-                self._append(out, rebuild_batch(dropped_last, []), group[-1])
+                self._append(out, _offset_placeholder(dropped_last), group[-1])
                 result.empty_batches_written += 1
-            # Every marker is copied (transactional cleaning rules come later), so the
-            # aborts recorded in the replaced segments' .txnindex stay true of the copy.
-            for segment in group:
-                for txn in segment.txn_index.entries:
-                    out.txn_index.append(txn)
             if out.size == 0:  # only empty segments: nothing to swap in
                 out.delete_files()
                 return i
@@ -550,24 +699,31 @@ class Cleaner:
         return i
 
     def _copy_segment(self, log: Log, segment: LogSegment, out: LogSegment, end: int,
-                      now: int, config: LogConfig, result: CleanResult,
-                      producer_last_offsets: dict[int, int],
+                      now: int, config: LogConfig, result: CleanResult, state: _RoundState,
                       ) -> tuple[RecordBatchHeader, bool] | None:
-        """Appends what survives of `segment` to `out`. Returns the segment's last batch
-        header and whether anything of that batch was written (None: no batches)."""
+        """Appends what survives of `segment` to `out`, and the .txnindex entries of the
+        markers kept. Returns the segment's last batch header and whether anything of that
+        batch was written (None: no batches)."""
         offset_map = self.offset_map
         delete_retention = config.delete_retention_ms
+        txns = state.txns
         last: tuple[RecordBatchHeader, bool] | None = None
         for header, data in _read_batches(segment, 0, self.io_buffer_size):
             self._check_abort(log)
             result.bytes_read += header.size_in_bytes
             validate_batch(data, 0, header, from_client=False)
             if header.is_control:
-                self._append(out, data, segment)
-                last = (header, True)
+                written = self._copy_control_batch(out, segment, header, data, now,
+                                                   delete_retention, result, state)
+                last = (header, written)
                 continue
-            records = decode_records(data, 0, header)
-            result.records_read += len(records)
+            if txns.on_batch_read(header):  # an aborted transaction's: every record goes
+                records: list[Record] = []
+                result.records_read += header.records_count
+                result.aborted_records_removed += header.records_count
+            else:
+                records = decode_records(data, 0, header)
+                result.records_read += len(records)
             horizon = header.delete_horizon_ms
             kept: list[Record] = []
             tombstone_kept = False
@@ -587,12 +743,9 @@ class Cleaner:
             if new_horizon:
                 horizon = min(now + delete_retention, LONG_MAX)
             if tombstone_kept:
-                earliest = result.earliest_delete_horizon
-                result.earliest_delete_horizon = horizon if earliest is None else min(
-                    earliest, horizon)
+                result.note_delete_horizon(horizon)
             if not kept:
-                if (header.producer_id >= 0
-                        and producer_last_offsets.get(header.producer_id) == header.last_offset):
+                if state.is_last_batch_of_producer(header):
                     # Kafka's RETAIN_EMPTY: the producer's last batch keeps its state.
                     self._append(out, rebuild_batch(header, []), segment)
                     result.empty_batches_written += 1
@@ -607,6 +760,38 @@ class Cleaner:
                 result.batches_rebuilt += 1
             last = (header, True)
         return last
+
+    def _copy_control_batch(self, out: LogSegment, segment: LogSegment,
+                            header: RecordBatchHeader, data: memoryview, now: int,
+                            delete_retention: int, result: CleanResult, state: _RoundState,
+                            ) -> bool:
+        """Kafka's rules for a control batch (a transaction marker): kept while the round
+        met a batch of its transaction; then, like a tombstone, stamped with a delete
+        horizon and dropped once it has passed, unless it is its producer's last entry
+        (then kept empty). Returns whether anything of it was written."""
+        records = decode_records(data, 0, header)
+        can_discard, entry = state.txns.on_control_batch_read(header, records)
+        horizon = header.delete_horizon_ms
+        discard_records = can_discard and (
+            not records or (horizon is not None and now >= horizon))
+        if discard_records:
+            result.markers_removed += len(records)
+            if state.is_last_batch_of_producer(header):
+                self._append(out, rebuild_batch(header, []), segment)
+                result.empty_batches_written += 1
+                return True
+            return False
+        if can_discard and horizon is None:
+            horizon = min(now + delete_retention, LONG_MAX)
+            self._append(out, rebuild_batch(header, records, horizon), segment)
+            result.batches_rebuilt += 1
+        else:
+            self._append(out, data, segment)
+        if can_discard and horizon is not None:
+            result.note_delete_horizon(horizon)
+        if entry is not None:
+            out.txn_index.append(entry)
+        return True
 
     @staticmethod
     def _append(out: LogSegment, data: bytes | memoryview, source: LogSegment) -> None:
