@@ -554,11 +554,14 @@ def test_describe(cluster: FakeCluster, capsys: pytest.CaptureFixture[str]) -> N
 
 def test_find_hanging(cluster: FakeCluster, replicas: ReplicaManager,
                       capsys: pytest.CaptureFixture[str]) -> None:
-    old = NOW - 30 * 60_000
+    # Ages are measured against the real clock: not NOW, which is minutes old by the time
+    # this runs in the whole suite.
+    now = int(time.time() * 1000)
+    old = now - 30 * 60_000
     append(replicas, 0, 1, pid=PID, transactional=True, timestamp=old)  # tx-1, counted
     append(replicas, 1, 1, pid=PID, transactional=True, timestamp=old)  # tx-1, not counted
     append(replicas, 1, 1, pid=OTHER, transactional=True, timestamp=old)  # no txn id
-    append(replicas, 0, 1, pid=9, transactional=True)  # recent: not a candidate
+    append(replicas, 0, 1, pid=9, transactional=True, timestamp=now)  # recent: not one
     cluster.listings[1] = [Listing(transactional_id="tx-1", producer_id=PID,
                                    transaction_state="Ongoing")]
     cluster.descriptions["tx-1"] = description(partitions={TOPIC: [0]})

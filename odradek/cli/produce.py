@@ -4,12 +4,17 @@ Lines are bytes: what comes in is what is stored, minus the line ending. A key m
 before a separator, headers before a delimiter (Kafka's console producer's
 parse.headers format: `k1:v1,k2:v2<TAB>key<SEP>value`), and --header adds headers to
 every record. Keyed records use librdkafka's murmur2_random partitioner, which puts a key
-on the partition the Java client would pick.
+on the partition the Java client would pick. With --transactional-id every record of
+the run goes into one transaction, committed at the end, aborted if anything failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import os
+import select
+import stat
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -37,6 +42,7 @@ from odradek.cli.output import print_json
 
 Header = tuple[str, bytes | None]
 MAX_ERRORS_SHOWN = 5
+POLL_S = 0.2
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -69,6 +75,11 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                          "the producer idempotent, like Kafka's Java producer)")
     produce.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"],
                          default="none", help="batch compression codec (default none)")
+    produce.add_argument("--transactional-id", metavar="ID",
+                         help="send every record of the run in one transaction with this "
+                         "transactional.id, committed at the end (aborted, exit 1, if any "
+                         "record failed or a line was malformed; exit 130 on Ctrl-C); "
+                         "needs --acks all")
     produce.set_defaults(run=run)
 
 
@@ -150,7 +161,19 @@ def run(args: argparse.Namespace) -> int:
                                          "--headers-key-separator") or b":",
     )
     timeout = timeout_of(args)
+    transactional_id: str | None = args.transactional_id
+    if transactional_id is not None and args.acks != "all":
+        raise CliError("--transactional-id needs --acks all: a transactional producer is "
+                       "idempotent", EXIT_USAGE)
+    if transactional_id == "":
+        raise CliError("--transactional-id cannot be empty", EXIT_USAGE)
     errors = ErrorRecorder()
+    # librdkafka refuses a message.timeout.ms above transaction.timeout.ms (default 60s,
+    # which -X transaction.timeout.ms=... changes: the coordinator aborts a transaction
+    # left open longer, e.g. by a slow typist).
+    transactional = ({"transactional.id": transactional_id,
+                      "transaction.timeout.ms": max(60_000, int(timeout * 1000))}
+                     if transactional_id is not None else {})
     config = client_config(
         args,
         partitioner="murmur2_random",
@@ -159,11 +182,14 @@ def run(args: argparse.Namespace) -> int:
         **{"enable.idempotence": args.acks == "all",
            "compression.type": args.compression,
            "message.timeout.ms": max(1, int(timeout * 1000)),
-           "error_cb": errors},
+           "error_cb": errors,
+           **transactional},
     )
     producer: Producer = make_client(Producer, config)
     deliveries = Deliveries()
     stream = _open(args.file)
+    if transactional_id is not None:
+        _begin(producer, timeout, errors, stream)
     if stream.isatty() and not args.json:
         print("type one record per line; end with Ctrl-D", file=sys.stderr)
     status = 0
@@ -175,21 +201,72 @@ def run(args: argparse.Namespace) -> int:
     except CliError as e:  # a malformed line: send nothing after it
         problem, status = str(e), e.exit_code
     except KeyboardInterrupt:
-        problem, status = "interrupted: the records read so far were sent", EXIT_INTERRUPTED
+        problem = ("interrupted: the transaction is aborted" if transactional_id is not None
+                   else "interrupted: the records read so far were sent")
+        status = EXIT_INTERRUPTED
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
     # message.timeout.ms bounds every record's life, so this flush ends.
-    left = producer.flush(timeout + 10)
+    try:
+        left = producer.flush(timeout + 10)
+    except (KeyboardInterrupt, SystemError):
+        # confluent-kafka's flush() can swallow the KeyboardInterrupt of a Ctrl-C that
+        # comes while it waits and return NULL: Python then raises SystemError.
+        left = len(producer)
+        if problem is None:
+            problem, status = "interrupted while records were in flight", EXIT_INTERRUPTED
     if left:
         deliveries.failed += left
         deliveries.errors["not delivered in time"] += left
-    _report(args, deliveries, errors)
+    outcome: str | None = None
+    if transactional_id is not None:
+        outcome, why = _end(producer, timeout, problem is None and not deliveries.failed)
+        if why is not None and problem is None:
+            problem, status = why, EXIT_FAILURE
+    _report(args, deliveries, errors, outcome)
     if problem is not None:
         print(f"odradek produce: {problem}", file=sys.stderr)
-    if status == 0 and deliveries.failed:
+    if status == 0 and (deliveries.failed or outcome == "aborted"):
         status = EXIT_FAILURE
     return status
+
+
+def _begin(producer: Producer, timeout: float, errors: ErrorRecorder, stream: BinaryIO) -> None:
+    """init_transactions (fencing an earlier producer with the same id) and
+    begin_transaction; CliError when the coordinator cannot be reached or refuses."""
+    try:
+        producer.init_transactions(timeout)
+        producer.begin_transaction()
+    except KafkaException as e:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+        raise CliError(errors.explain(
+            f"cannot start the transaction: {describe_error(e)}")) from e
+
+
+def _end(producer: Producer, timeout: float, commit: bool) -> tuple[str, str | None]:
+    """Commits the transaction (or aborts it when `commit` is false); ("committed" or
+    "aborted", why it was not committed when it should have been)."""
+    why: str | None = None
+    if commit:
+        try:
+            producer.commit_transaction(timeout)
+            return "committed", None
+        except KafkaException as e:
+            why = f"cannot commit the transaction: {describe_error(e)}"
+            error = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+            if error is not None and error.fatal():
+                return "aborted", why + " (the producer was fenced or failed: nothing " \
+                                        "of the transaction is visible)"
+        except KeyboardInterrupt:
+            why = "interrupted while committing"
+    try:
+        producer.abort_transaction(timeout)
+    except KafkaException as e:
+        # A fatal error (e.g. fenced): the coordinator aborts the transaction itself.
+        why = (why + "; " if why else "") + f"abort failed: {describe_error(e)}"
+    return "aborted", why
 
 
 def _send(producer: Producer, args: argparse.Namespace, key: bytes | None, value: bytes,
@@ -210,19 +287,30 @@ def _send(producer: Producer, args: argparse.Namespace, key: bytes | None, value
     producer.poll(0)
 
 
-def _report(args: argparse.Namespace, deliveries: Deliveries, errors: ErrorRecorder) -> None:
+def _report(args: argparse.Namespace, deliveries: Deliveries, errors: ErrorRecorder,
+            outcome: str | None = None) -> None:
+    """outcome: "committed" or "aborted" with --transactional-id, else None."""
     if args.json:
-        print_json({
+        report: dict[str, Any] = {
             "topic": args.topic,
             "records": deliveries.records,
             "bytes": deliveries.bytes,
             "failed": deliveries.failed,
             "partitions": {str(p): n for p, n in sorted(deliveries.partitions.items())},
             "errors": dict(deliveries.errors),
-        })
+        }
+        if outcome is not None:
+            report["transaction"] = outcome
+        print_json(report)
+    elif outcome == "aborted":
+        print(f"transaction aborted: none of the {deliveries.records} record"
+              f"{'s' * (deliveries.records != 1)} written to {args.topic} is visible to "
+              f"read_committed consumers", file=sys.stderr)
     else:
+        committed = " in one committed transaction" if outcome == "committed" else ""
         print(f"produced {deliveries.records} record{'s' * (deliveries.records != 1)} "
-              f"({deliveries.bytes} bytes of keys and values) to {args.topic}", file=sys.stderr)
+              f"({deliveries.bytes} bytes of keys and values) to {args.topic}{committed}",
+              file=sys.stderr)
     if deliveries.failed:
         print(f"odradek produce: {deliveries.failed} record"
               f"{'s' * (deliveries.failed != 1)} failed", file=sys.stderr)
@@ -244,10 +332,40 @@ def _open(path: str | None) -> BinaryIO:
 
 def _lines(stream: BinaryIO) -> Iterator[tuple[int, bytes]]:
     """Numbered lines without their ending (\\n or \\r\\n); a last line may lack one."""
-    for number, line in enumerate(stream, 1):
+    for number, line in enumerate(_raw_lines(stream), 1):
         if line.endswith(b"\n"):
             line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
         yield number, line
+
+
+def _raw_lines(stream: BinaryIO) -> Iterator[bytes]:
+    """The lines of a file as they are; of a pipe or terminal, read as they come with a
+    wait of at most POLL_S at a time: a Ctrl-C that the kernel hands to one of
+    librdkafka's threads (as it does once a transactional producer runs) is then still
+    seen by the main thread within POLL_S, not only when the next line comes."""
+    try:
+        fd = stream.fileno()
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        regular = True
+    if regular:
+        yield from stream
+        return
+    pending = b""
+    while True:
+        ready, _, _ = select.select([fd], [], [], POLL_S)
+        if not ready:
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        pending += chunk
+        if b"\n" in chunk:
+            *complete, pending = pending.split(b"\n")
+            for line in complete:
+                yield line + b"\n"
+    if pending:
+        yield pending
 
 
 def _separator(text: str | None, option: str) -> bytes | None:
