@@ -216,3 +216,29 @@ def test_consume_transform_produce_killed_repeatedly_is_exactly_once(
     finally:
         consumer.close()
     assert [tp.offset for tp in offsets] == [750, 750]
+
+
+def test_a_transaction_past_its_timeout_is_aborted(tmp_path: Path) -> None:
+    """The coordinator aborts a transaction older than its transaction.timeout.ms and fences
+    its producer: read_committed readers get past it, and the producer cannot commit."""
+    broker = BrokerProcess(tmp_path / "data", {
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"}).start()
+    try:
+        topic = unique("txn-timeout")
+        create_topics(broker, topic, partitions=1)
+        producer = transactional(broker, unique("tid"), **{"transaction.timeout.ms": 1000})
+        producer.begin_transaction()
+        producer.produce(topic, value=b"abandoned")
+        producer.flush(TIMEOUT)
+        plain = Producer({"bootstrap.servers": broker.bootstrap})
+        plain.produce(topic, value=b"after it")
+        plain.flush(TIMEOUT)
+        # Held back at the open transaction until the coordinator aborts it.
+        assert values(read(broker, topic, "read_committed", 1, expect=1, idle_polls=20)) == [
+            b"after it"]
+        with pytest.raises(KafkaException):
+            producer.commit_transaction(TIMEOUT)
+        assert values(read(broker, topic, "read_uncommitted", 1, expect=2)) == [
+            b"abandoned", b"after it"]
+    finally:
+        broker.stop()
