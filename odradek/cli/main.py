@@ -3,11 +3,11 @@
 Subcommands grow with the platform. Today: run a broker (`serve`) or a local cluster
 (`cluster`); manage topics (`topics`), configs (`configs`), records (`records delete`), log
 dirs (`log-dirs`) and partitions (`partitions`); write and read records (`produce`,
-`consume`), inspect and manage consumer groups (`groups`), measure a cluster (`perf`), all
-through librdkafka (and Odradek's own codec for the APIs it lacks, cli/wire.py); run the
-Spark pipelines and generate their input (`pipeline`); and for the protocol: what it speaks
-(`apis`), what an error code means (`errors`), and a look inside a captured request
-(`decode`).
+`consume`), inspect and manage consumer groups (`groups`) and transactions
+(`transactions`), measure a cluster (`perf`), all through librdkafka (and Odradek's own
+codec for the APIs it lacks, cli/wire.py); run the Spark pipelines and generate their input
+(`pipeline`); and for the protocol: what it speaks (`apis`), what an error code means
+(`errors`), and a look inside a captured request (`decode`).
 """
 
 from __future__ import annotations
