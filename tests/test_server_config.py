@@ -696,6 +696,7 @@ def test_dynamic_flags_follow_kafka() -> None:
                    if k.dynamic and not k.no_effect and not k.refused}
     assert implemented - {s.name for t in TOPIC_CONFIGS.values() for s in t.synonyms} == {
         "log.cleaner.threads", "producer.id.expiration.ms", "num.replica.fetchers",
+        "transaction.partition.verification.enable",
     }
 
 

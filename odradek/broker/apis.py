@@ -29,6 +29,7 @@ from odradek.broker.replica_manager import (
     ReplicaManager,
 )
 from odradek.broker.txn_markers import handle_write_txn_markers
+from odradek.broker.txn_verification import TransactionVerifier, produce_error
 from odradek.cluster.controller import Controller
 from odradek.cluster.slices import Slices
 from odradek.cluster.topics import TopicExistsError, is_internal, validate_topic_name
@@ -127,13 +128,25 @@ def _metadata_invalid_request(
         for t in requested], controller_id=-1, cluster_id=None)
 
 
+def _producer_txn_state(partition: Any, producer_id: int) -> tuple[int, ...] | None:
+    """What a partition's producer state says of a producer: (epoch, first offset of its
+    open transaction or -1, coordinator epoch, last timestamp), None if it has none."""
+    entry = partition.log.producer_state.last_entry(producer_id)
+    if entry is None:
+        return None
+    return (entry.producer_epoch, entry.current_txn_first_offset, entry.coordinator_epoch,
+            entry.last_timestamp)
+
+
 class KafkaApis:
     def __init__(self, config: BrokerConfig, replica_manager: ReplicaManager,
                  controller: Controller, admin: AdminManager,
                  transaction_coordinator: TransactionCoordinator,
                  group_coordinator: GroupCoordinator, metadata_cache: MetadataCache,
-                 inter_broker: InterBrokerApis | None = None) -> None:
+                 inter_broker: InterBrokerApis | None = None,
+                 txn_verifier: TransactionVerifier | None = None) -> None:
         self.config = config
+        self.txn_verifier = txn_verifier  # KIP-890: None verifies nothing
         self.metadata_cache = metadata_cache
         self.replica_manager = replica_manager
         self.controller = controller
@@ -326,6 +339,10 @@ class KafkaApis:
                     entries[tp] = p.records
         if request.api_version <= 2:  # old clients may send magic 0/1 message sets
             await self._convert_legacy(entries, errors)
+        verifier = self.txn_verifier
+        if body.transactional_id and verifier is not None and verifier.enabled and entries:
+            await self._verify_transaction(verifier, body.transactional_id,
+                                           request.api_version, entries, errors)
         results = await self.replica_manager.produce(acks, body.timeout_ms, entries)
         if acks == 0:
             if errors or any(r.error_code for r in results.values()):
@@ -357,6 +374,61 @@ class KafkaApis:
             produce_response.TopicProduceResponse(name=n, partition_responses=ps)
             for n, ps in responses.items()
         ])
+
+    async def _verify_transaction(self, verifier: TransactionVerifier,
+                                  transactional_id: str, version: int,
+                                  entries: dict[tuple[str, int], Any],
+                                  errors: dict[tuple[str, int], tuple[int, str | None]]
+                                  ) -> None:
+        """KIP-890 part 1: the transactional batches that would open their producer's
+        transaction on a partition are written only if the coordinator says the partition
+        is in it (Kafka's ReplicaManager.appendRecords with verification). Entries that
+        fail move to `errors`."""
+        wanted: dict[tuple[str, int], tuple[int, int, tuple[int, ...] | None]] = {}
+        producers = set()
+        for tp, records in entries.items():
+            # RecordBatch v2: magic at byte 16, attributes' low byte at 22 (bit 4:
+            # transactional), producer id at 43, epoch at 51.
+            if (records is None or len(records) < 61 or records[16] != 2
+                    or not records[22] & 0x10):
+                continue
+            producer_id = int.from_bytes(records[43:51], "big", signed=True)
+            epoch = int.from_bytes(records[51:53], "big", signed=True)
+            if producer_id < 0:
+                continue
+            partition = self.replica_manager.get_partition(tp)
+            if partition is None or not partition.is_leader:
+                continue  # the append answers for it
+            state = _producer_txn_state(partition, producer_id)
+            if state is not None and state[0] == epoch and state[1] >= 0:
+                continue  # its transaction is ongoing here: verified when it began
+            producers.add((producer_id, epoch))
+            wanted[tp] = (producer_id, epoch, state)
+        if not wanted:
+            return
+        if len(producers) > 1:  # Kafka's InvalidPidMappingException
+            for tp in wanted:
+                del entries[tp]
+                errors[tp] = (ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                              "Transactional records contained more than one producer ID")
+            return
+        (producer_id, epoch), = producers
+        failed = await verifier.verify(transactional_id, producer_id, epoch, list(wanted))
+        for tp, (_, _, before) in wanted.items():
+            error = failed.get(tp)
+            if error is None:
+                partition = self.replica_manager.get_partition(tp)
+                after = (None if partition is None
+                         else _producer_txn_state(partition, producer_id))
+                if after == before or (after is not None and after[0] == epoch
+                                       and after[1] >= 0):
+                    continue
+                # A marker reached the partition while the coordinator was asked (Kafka's
+                # VerificationGuard): the answer may be stale; the producer retries.
+                error = ErrorCode.CONCURRENT_TRANSACTIONS
+            if tp in entries:
+                del entries[tp]
+                errors[tp] = produce_error(error, version)
 
     async def _convert_legacy(self, entries: dict[tuple[str, int], Any],
                               errors: dict[tuple[str, int], tuple[int, str | None]]) -> None:

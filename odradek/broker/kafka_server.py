@@ -36,6 +36,7 @@ from odradek.broker.metadata_cache import Broker, MetadataCache
 from odradek.broker.producer_ids import ProducerIdManager
 from odradek.broker.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from odradek.broker.replica_manager import ReplicaManager
+from odradek.broker.txn_verification import TransactionVerifier
 from odradek.cluster.controller import Controller
 from odradek.cluster.embedded import EmbeddedMetadataStore
 from odradek.cluster.kafka_controller import KafkaController
@@ -79,6 +80,7 @@ class KafkaServer:
         self.group_coordinator: GroupCoordinator | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
         self.marker_client: InterBrokerClient | None = None
+        self.txn_verifier: TransactionVerifier | None = None
         self.metadata_cache: MetadataCache | None = None
         self.zk_store: ZooKeeperMetadataStore | None = None
         self.kafka_controller: KafkaController | None = None
@@ -191,9 +193,17 @@ class KafkaServer:
         admin = self.admin = AdminManager(config, controller, self.replica_manager,
                                           self.kafka_controller)
         admin.configs.on_broker_config_change = self._broker_config_changed
+        # KIP-890: a transactional produce's partition must be in its transaction.
+        self.txn_verifier = TransactionVerifier(
+            config.node_id, cache, config.inter_broker_listener_name,
+            self.transaction_coordinator,
+            InterBrokerClient(client_id=f"broker-{config.node_id}-txn-verification")
+            if zk_store is not None else None,
+            enabled=config.get("transaction.partition.verification.enable"),
+            request_timeout_ms=config.get("request.timeout.ms"))
         apis = KafkaApis(config, self.replica_manager, controller, admin,
                          self.transaction_coordinator, self.group_coordinator, cache,
-                         inter_broker)
+                         inter_broker, self.txn_verifier)
         self.socket_server = SocketServer(
             apis, max_frame_size=config.socket_request_max_bytes,
             connections_max_idle_ms=config.connections_max_idle_ms,
@@ -327,6 +337,8 @@ class KafkaServer:
         # Dynamic broker configs: the topic defaults apply at once; the other dynamic
         # settings (log.cleaner.threads, producer.id.expiration.ms) at the next start.
         self.config = config
+        if self.txn_verifier is not None:
+            self.txn_verifier.enabled = config.get("transaction.partition.verification.enable")
         assert self.replica_manager is not None
         self.replica_manager.default_log_config_changed(config.log_config)
 
@@ -360,6 +372,8 @@ class KafkaServer:
             self.transaction_coordinator.shutdown()  # markers in flight: the next one resends
         if self.marker_client is not None:
             await self.marker_client.close()
+        if self.txn_verifier is not None and self.txn_verifier.client is not None:
+            await self.txn_verifier.client.close()
         if self._periodic is not None:
             self._periodic.cancel()
             await asyncio.gather(self._periodic, return_exceptions=True)

@@ -404,6 +404,10 @@ _HAND_KEYS: list[BrokerKey] = [
            "Forget a transactional id this long after its last transaction.", Range(1)),
         _K("transaction.max.timeout.ms", _T.INT, 15 * MS_PER_MINUTE,
            "The longest transaction timeout a producer may ask for.", Range(1)),
+        _K("transaction.partition.verification.enable", _T.BOOLEAN, True,
+           "The partition leader asks the transaction coordinator whether a transactional "
+           "produce's partition is in the producer's transaction before writing its first "
+           "batch there (KIP-890).", dynamic=True),
     ),
     *_in(
         "Cluster",
