@@ -352,7 +352,11 @@ def test_up_status_stop_and_up_again(tmp_path: Path, ups: list[Up]) -> None:
         consumed
 
     # A broker killed: its replicas leave the ISRs, and a partition only it held goes
-    # offline, which `status` says in its exit status.
+    # offline, which `status` says in its exit status. First every replica back in sync
+    # after the restart: a partition whose ISR is still the victim alone would go offline
+    # too (no unclean election), and the test would race the followers.
+    status_when(again, "every replica in sync again", lambda a: not (
+        a["under_replicated"] or a["offline"]))
     admin = AdminClient({"bootstrap.servers": again.bootstrap, "log_level": 0})
     victim = next(i for i in (1, 2, 3) if i != answer2["controller"])
     admin.create_topics([NewTopic("solo", 1, replica_assignment=[[victim]])])["solo"].result(30)
