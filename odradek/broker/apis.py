@@ -60,6 +60,7 @@ from odradek.protocol.messages.offset_for_leader_epoch_request import OffsetForL
 from odradek.protocol.messages.produce_request import ProduceRequest
 from odradek.protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
 from odradek.protocol.primitives import ZERO_UUID
+from odradek.protocol.records import RecordBatchHeader
 from odradek.server.config import BrokerConfig
 from odradek.server.network import CloseConnection, RequestContext
 from odradek.server.response import FileRecords
@@ -387,14 +388,12 @@ class KafkaApis:
         wanted: dict[tuple[str, int], tuple[int, int, tuple[int, ...] | None]] = {}
         producers = set()
         for tp, records in entries.items():
-            # RecordBatch v2: magic at byte 16, attributes' low byte at 22 (bit 4:
-            # transactional), producer id at 43, epoch at 51.
-            if (records is None or len(records) < 61 or records[16] != 2
-                    or not records[22] & 0x10):
-                continue
-            producer_id = int.from_bytes(records[43:51], "big", signed=True)
-            epoch = int.from_bytes(records[51:53], "big", signed=True)
-            if producer_id < 0:
+            try:
+                header = RecordBatchHeader.parse(records or b"")
+            except KafkaError:
+                continue  # not a v2 batch: the append refuses it
+            producer_id, epoch = header.producer_id, header.producer_epoch
+            if not header.is_transactional or producer_id < 0:
                 continue
             partition = self.replica_manager.get_partition(tp)
             if partition is None or not partition.is_leader:
