@@ -41,7 +41,9 @@ Cases:
      --watermark shortened so that windows close during the run. Its output is a count per
      window once the watermark passes, so its event-to-output time is the window plus the
      watermark by design: only batch durations are reported for it.
-   - a copy query (topic -> odradek sink -> topic, the values unchanged): the producer
+   - a copy query (topic -> odradek sink -> topic, the values unchanged), with the sink's
+     exactly-once default (copy) and with deliveryGuarantee=at-least-once
+     (copy-at-least-once), the cost of the transactions side by side: the producer
      stamps time.monotonic_ns() into each value, a consumer process reads the output topic
      and takes now - stamp: the event-to-output latency; records sent in the first
      --warmup (2) seconds are left out.
@@ -622,16 +624,18 @@ class Bench:
             except ImportError as e:
                 print(f"  activity pipeline not importable ({e}): measured with the copy "
                       "query only")
-                kinds = ["copy"]
+                kinds = [k for k in kinds if k != "activity"]
         for kind in kinds:
             self.quiet(f"latency {kind}")
-            result = self._activity(ctx) if kind == "activity" else self._copy(ctx)
+            result = (self._activity(ctx) if kind == "activity"
+                      else self._copy(ctx, kind))
             results.append(result)
         return results
 
-    def _copy(self, ctx: SpawnContext) -> dict[str, Any]:
+    def _copy(self, ctx: SpawnContext, kind: str) -> dict[str, Any]:
         a = self.args
-        source, sink = "bench-latency-in", "bench-latency-out"
+        source, sink = f"bench-latency-in-{kind}", f"bench-latency-out-{kind}"
+        guarantee = "at-least-once" if kind == "copy-at-least-once" else "exactly-once"
         admin = Admin(self.broker.bootstrap)
         try:
             admin.create_topic(source, a.partitions)
@@ -643,8 +647,9 @@ class Bench:
               .option("subscribe", source).option("startingOffsets", "latest").load())
         query = (df.select("key", "value").writeStream.format("odradek")
                  .option("kafka.bootstrap.servers", self.broker.bootstrap)
-                 .option("topic", sink).trigger(processingTime=a.trigger)
-                 .option("checkpointLocation", str(self.tmp / "latency-copy")).start())
+                 .option("topic", sink).option("deliveryGuarantee", guarantee)
+                 .trigger(processingTime=a.trigger)
+                 .option("checkpointLocation", str(self.tmp / f"latency-{kind}")).start())
         try:
             self._first_batch(query)
             ready, done = ctx.Event(), ctx.Event()
@@ -665,7 +670,7 @@ class Bench:
         if producer["failed"] or consumer["received"] != producer["sent"]:
             raise RuntimeError(f"copy query: {producer['sent']:,} sent, {producer['failed']:,} "
                                f"failed, {consumer['received']:,} received")
-        result = {"pipeline": "copy", "queries": {"copy": batch_durations(progress)},
+        result = {"pipeline": kind, "queries": {kind: batch_durations(progress)},
                   "rate": producer["rate"], "sent": producer["sent"],
                   "latency": consumer["latency"],
                   "cores": Cores.between(samples[0], samples[1],
@@ -884,8 +889,9 @@ def main() -> None:
                         metavar="KEY=VALUE", help="an option of the odradek reads (batch, "
                         "stream), e.g. kafka.queued.min.messages=1000000; repeatable")
     parser.add_argument("--shuffle-partitions", type=int, default=4)
-    parser.add_argument("--latency-pipeline", default="activity,copy",
-                        help="activity, copy or both (comma-separated)")
+    parser.add_argument("--latency-pipeline", default="activity,copy,copy-at-least-once",
+                        help="activity, copy (exactly once), copy-at-least-once "
+                             "(comma-separated)")
     parser.add_argument("--rate", type=int, default=2000, help="events/s of the latency case")
     parser.add_argument("--latency-seconds", type=float, default=None, help="default 30")
     parser.add_argument("--trigger", default="250 milliseconds",
@@ -910,8 +916,8 @@ def main() -> None:
     args.repeats = args.repeats or (2 if args.quick else 3)
     args.latency_seconds = args.latency_seconds or (15.0 if args.quick else 30.0)
     args.latency_pipeline = [k.strip() for k in args.latency_pipeline.split(",") if k.strip()]
-    if set(args.latency_pipeline) - {"activity", "copy"}:
-        parser.error("--latency-pipeline takes activity and/or copy")
+    if set(args.latency_pipeline) - {"activity", "copy", "copy-at-least-once"}:
+        parser.error("--latency-pipeline takes activity, copy and/or copy-at-least-once")
     if args.size < STAMP.size:
         parser.error(f"--size must be at least {STAMP.size}")
     args.profile_dir = args.profile_dir.resolve()

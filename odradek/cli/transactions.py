@@ -31,7 +31,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from odradek.broker.inter_broker_client import choose_version
 from odradek.cli.client import (
@@ -387,11 +387,20 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class MetadataSource(Protocol):
+    """What Cluster needs of an admin client: its timeout and librdkafka's Metadata (an
+    AdminCommand here; the Spark sink's driver has its own)."""
+
+    timeout: float
+
+    def metadata(self) -> Any: ...
+
+
 class Cluster:
     """The brokers and partitions of librdkafka's Metadata, and a connection per broker
     (wire.py) for the requests librdkafka cannot send, all within the command's timeout."""
 
-    def __init__(self, admin: AdminCommand, *, connect: Callable[..., BrokerSocket] =
+    def __init__(self, admin: MetadataSource, *, connect: Callable[..., BrokerSocket] =
                  BrokerSocket) -> None:
         self.timeout = admin.timeout
         self.deadline = time.monotonic() + admin.timeout

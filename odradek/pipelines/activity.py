@@ -9,8 +9,9 @@ are dropped.
 One query writes both outputs from foreachBatch, so the input is read and aggregated once.
 A micro-batch's counts go to the Parquet table under `batch_id=N`, overwritten as a whole:
 a batch replayed after a failure (the same offsets and state, so the same rows) replaces
-its own files, which keeps the table exactly once. The topic gets them at least once (a
-replayed batch is sent again).
+its own files, which keeps the table exactly once. The topic gets them exactly once too, for
+read_committed consumers: the sink's foreachBatch mode (checkpointLocation and batchId)
+commits a micro-batch's transactions once, and aborts those of a replay.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def run(spark: SparkSession, config: ActivityConfig) -> list[StreamingQuery]:
 
     ensure_topics(config.bootstrap, {config.input: DEFAULT_PARTITIONS,
                                      config.output: DEFAULT_PARTITIONS})
+    checkpoint = os.path.join(config.checkpoint, "activity")   # the query's, as start() sets it
 
     def write(batch: DataFrame, batch_id: int) -> None:
         batch.persist()   # written twice: computed once
@@ -84,7 +86,8 @@ def run(spark: SparkSession, config: ActivityConfig) -> list[StreamingQuery]:
             (batch.select(F.col("page").alias("key"), F.to_json(
                 F.struct("page", "window_start", "window_end", "views")).alias("value"))
              .write.format("odradek").option("kafka.bootstrap.servers", config.bootstrap)
-             .option("topic", config.output).mode("append").save())
+             .option("topic", config.output).option("checkpointLocation", checkpoint)
+             .option("batchId", batch_id).mode("append").save())
         finally:
             batch.unpersist()
 

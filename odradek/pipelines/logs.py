@@ -10,7 +10,8 @@ to the alert topic.
 
 A window is written once, when the watermark has passed its end (append mode): so each
 window alerts at most once, `window + watermark` after it began. Both topics are written by
-one query, at least once (a micro-batch replayed after a failure is sent again).
+one query, exactly once for read_committed consumers (the sink's transactions: a micro-batch
+replayed after a failure is not sent again).
 """
 
 from __future__ import annotations

@@ -4,19 +4,22 @@ The query reads the topics (a list, or every topic whose whole name matches a pa
 internal `__` topics never) and writes each record to the topic of the same name on B
 (after an optional prefix) with the same key, value (tombstones too), headers, timestamp
 (written as CreateTime) and partition. Within a partition the order is kept: each Spark task
-reads one partition's range and writes it with one idempotent producer.
+reads one partition's range and writes it in one transaction.
 
 Topics on B must have at least as many partitions as on A. Missing ones are created from A's
 metadata (its partition count, and the configs set on the topic, such as cleanup.policy);
 this happens at the start and before every micro-batch, so topics created on A later that
 match the pattern are mirrored too. A target with fewer partitions stops the mirror with an
-error. Delivery is at least once: after a failure, a micro-batch is written again. Offsets on B
-equal A's only when B's topics started empty and A's hold no gaps (compaction, transactions).
+error. Delivery is exactly once for read_committed consumers of B: each micro-batch is written
+in transactions that are committed once (the sink's foreachBatch mode: checkpointLocation and
+batchId), so a micro-batch replayed after a failure is not copied twice. Offsets on B differ
+from A's: each micro-batch's commit markers take an offset per partition.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 from dataclasses import dataclass
@@ -112,10 +115,12 @@ def records(spark: SparkSession, config: MirrorConfig) -> DataFrame:
 
 def run(spark: SparkSession, config: MirrorConfig) -> list[StreamingQuery]:
     sync_topics(config)   # a target with too few partitions fails before the query starts
+    checkpoint = os.path.join(config.checkpoint, "mirror")   # the query's, as start() sets it
 
     def write(batch: DataFrame, batch_id: int) -> None:
         sync_topics(config)   # topics that appeared on A since the last micro-batch
         (batch.write.format("odradek").option("kafka.bootstrap.servers", config.target)
+         .option("checkpointLocation", checkpoint).option("batchId", batch_id)
          .mode("append").save())
 
     return [start(records(spark, config).writeStream.foreachBatch(write), config, "mirror")]

@@ -10,7 +10,8 @@ unchanged to the dead-letter topic with an `error` header saying why, or is drop
 dead-letter topic is ''. Every output record keeps the input's headers and gains
 `pipeline`, `source` (topic/partition/offset) and `processed-at` headers.
 
-One query writes every output topic through the writer's topic column, at least once.
+One query writes every output topic through the writer's topic column, exactly once for
+read_committed consumers (the sink's default).
 """
 
 from __future__ import annotations

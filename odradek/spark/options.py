@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,9 +40,13 @@ _FORBIDDEN_CLIENT = {
     "value.serializer": "values are written as binary or string columns",
     "interceptor.classes": "interceptors are not supported",
 }
-_WRITE_OPTIONS = {"topic"}
+_WRITE_OPTIONS = {"topic", "deliveryguarantee", "transactionalidprefix", "checkpointlocation",
+                  "batchid"}
 # Spark passes a streaming query's checkpoint location and name to its sink as options.
-_STREAM_WRITE_OPTIONS = _WRITE_OPTIONS | {"checkpointlocation", "queryname"}
+_STREAM_WRITE_OPTIONS = _WRITE_OPTIONS - {"batchid"} | {"queryname"}
+# How long a task's transaction may stay open before the coordinator aborts it: the whole
+# micro-batch, tasks and commit, must fit. Kafka's transaction.max.timeout.ms (15 minutes).
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
 
 
 class OdradekOptionError(ValueError):
@@ -291,9 +296,69 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
 class WriteOptions:
     client: dict[str, str]
     topic: str | None
+    exactly_once: bool = False
+    # Tasks' transactional ids are <prefix>-<task partition id>.
+    transactional_id_prefix: str = ""
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    # The commit log's home (a streaming query's checkpoint) and, for a foreachBatch write,
+    # the micro-batch being written.
+    checkpoint_location: str | None = None
+    batch_id: int | None = None
+
+
+def _prefix_of(checkpoint_location: str) -> str:
+    """The transactional id prefix of a query: the same after every restart from its
+    checkpoint, different for every other query."""
+    import hashlib
+    import os
+
+    where = (checkpoint_location if "://" in checkpoint_location
+             else os.path.abspath(checkpoint_location.removeprefix("file:")))
+    return "odradek-spark-" + hashlib.sha256(where.encode()).hexdigest()[:16]
 
 
 def parse_write_options(options: Mapping[str, str], streaming: bool = False) -> WriteOptions:
     _check_names(options, _STREAM_WRITE_OPTIONS if streaming else _WRITE_OPTIONS)
     topic = _get(options, "topic")
-    return WriteOptions(client=client_config(options), topic=topic.strip() if topic else None)
+    client = client_config(options)
+    if "transactional.id" in client:
+        raise OdradekOptionError("option kafka.transactional.id is not supported: the sink "
+                                 "names its tasks' transactions (see transactionalIdPrefix)")
+    guarantee = (_get(options, "deliveryGuarantee") or "exactly-once").strip().lower()
+    if guarantee not in ("exactly-once", "at-least-once"):
+        raise OdradekOptionError("option deliveryGuarantee must be exactly-once or "
+                                 f"at-least-once, not {guarantee!r}")
+    checkpoint = _get(options, "checkpointLocation")
+    batch_id = None if streaming else _int(options, "batchId", 0)
+    prefix = _get(options, "transactionalIdPrefix")
+    if guarantee == "at-least-once":
+        given = [n for n in ("transactionalIdPrefix", "batchId") if _get(options, n) is not None]
+        if given:
+            raise OdradekOptionError(f"option {given[0]} is for deliveryGuarantee=exactly-once")
+        return WriteOptions(client=client, topic=topic.strip() if topic else None)
+    if client.get("enable.idempotence", "true").lower() == "false":
+        raise OdradekOptionError("deliveryGuarantee=exactly-once needs the idempotent "
+                                 "producer: remove kafka.enable.idempotence=false")
+    if streaming and checkpoint is None:
+        raise OdradekOptionError(
+            "deliveryGuarantee=exactly-once needs the query's checkpointLocation option, "
+            "where the sink keeps its commit log (or set deliveryGuarantee=at-least-once)")
+    if not streaming and (checkpoint is None) != (batch_id is None):
+        raise OdradekOptionError(
+            "a foreachBatch write is exactly once with both checkpointLocation (the query's) "
+            "and batchId (foreachBatch's batch id); give both or neither")
+    if prefix is None:
+        prefix = (_prefix_of(checkpoint) if checkpoint is not None
+                  else f"odradek-spark-{uuid.uuid4().hex[:16]}")
+    elif not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", prefix.strip()):
+        raise OdradekOptionError("option transactionalIdPrefix may hold letters, digits, "
+                                 f"'.', '_' and '-' (at most 200), not {prefix!r}")
+    timeout = client.get("transaction.timeout.ms", "")
+    if timeout and not timeout.isdigit():
+        raise OdradekOptionError(f"option kafka.transaction.timeout.ms must be a number of "
+                                 f"milliseconds, not {timeout!r}")
+    return WriteOptions(
+        client=client, topic=topic.strip() if topic else None, exactly_once=True,
+        transactional_id_prefix=prefix.strip(),
+        transaction_timeout_ms=int(timeout) if timeout else DEFAULT_TRANSACTION_TIMEOUT_MS,
+        checkpoint_location=checkpoint, batch_id=batch_id)

@@ -1,4 +1,5 @@
-"""The `odradek` data source for Spark's Python Data Source API: batch reads and writes."""
+"""The `odradek` data source for Spark's Python Data Source API: batch reads (writes are in
+sink.py, streaming reads in stream.py)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,14 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.sql.datasource import (
     DataSource,
-    DataSourceArrowWriter,
     DataSourceReader,
     InputPartition,
-    WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
 
 from .data_consumer import read_range
 from .options import (
-    OdradekOptionError,
     ReadOptions,
-    WriteOptions,
     parse_read_options,
     parse_write_options,
 )
@@ -158,145 +155,6 @@ class OdradekBatchReader(DataSourceReader):
             yield to_record_batch(chunk, schema, self.options.include_headers)
 
 
-@dataclass
-class WriteResult(WriterCommitMessage):
-    partition_id: int
-    records: int
-
-
-_WRITE_COLUMNS = {"key", "value", "topic", "partition", "headers", "timestamp"}
-
-
-def check_write_schema(schema: StructType, options: WriteOptions) -> None:
-    names = {f.name.lower(): f for f in schema.fields}
-    unknown = sorted(set(names) - _WRITE_COLUMNS)
-    if unknown:
-        raise OdradekOptionError(f"cannot write columns {unknown}: the odradek sink takes key, "
-                                 "value, topic, partition, headers and timestamp")
-    if "value" not in names:
-        raise OdradekOptionError("the odradek sink needs a value column")
-    for column in ("key", "value"):
-        if column in names and names[column].dataType.typeName() not in ("binary", "string"):
-            raise OdradekOptionError(f"column {column} must be binary or string, not "
-                                     f"{names[column].dataType.simpleString()}")
-    if "topic" in names and names["topic"].dataType.typeName() != "string":
-        raise OdradekOptionError("column topic must be a string")
-    if "partition" in names and names["partition"].dataType.typeName() != "integer":
-        raise OdradekOptionError("column partition must be an int")
-    if "timestamp" in names and names["timestamp"].dataType.typeName() != "timestamp":
-        raise OdradekOptionError("column timestamp must be a timestamp")
-    if "headers" in names:
-        text = names["headers"].dataType.simpleString()
-        if text not in ("array<struct<key:string,value:binary>>",
-                        "array<struct<key:string,value:string>>"):
-            raise OdradekOptionError(
-                f"column headers must be array<struct<key string, value binary>>, not {text}")
-    if options.topic is None and "topic" not in names:
-        raise OdradekOptionError("give the topic: a topic option or a topic column")
-
-
-def _bytes(value: Any) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    return bytes(value)
-
-
-def _column(array: pa.Array) -> list[Any]:
-    if pa.types.is_timestamp(array.type):
-        # The record's CreateTime: milliseconds since the epoch.
-        micros = array.cast(pa.timestamp("us", tz=array.type.tz)).cast(pa.int64())
-        return [None if v is None else v // 1000 for v in micros.to_pylist()]
-    return array.to_pylist()
-
-
-# Idle producers of this Python worker by settings: a worker runs one task at a time and
-# lives across tasks, so the next task reuses the connections and the producer id (a new
-# idempotent producer's first flush takes 50-500 ms; Spark's Kafka sink caches them too).
-_PRODUCERS: dict[str, Any] = {}
-
-
-def write_task(options: WriteOptions, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
-    """One write task, batch or micro-batch: sends its rows with an idempotent producer
-    (acks=all), waits for every acknowledgement and fails with the broker's error if any
-    delivery failed. Returns the task's partition id and row count."""
-    import json
-
-    from confluent_kafka import Producer
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    partition_id = context.partitionId() if context is not None else 0
-    errors: list[str] = []
-
-    def delivered(err: Any, _msg: Any) -> None:
-        if err is not None:
-            errors.append(str(err))
-
-    settings = {"acks": "all", **options.client, "enable.idempotence": True}
-    key = json.dumps(settings, sort_keys=True)
-    producer = _PRODUCERS.pop(key, None) or Producer(settings)
-    count = 0
-    for batch in iterator:
-        columns = {name.lower(): _column(batch.column(i))
-                   for i, name in enumerate(batch.schema.names)}
-        n = batch.num_rows
-        for i in range(n):
-            topic = options.topic or columns["topic"][i]
-            if topic is None:
-                raise ValueError(f"row {count + i} of task {partition_id} has no topic")
-            kwargs: dict[str, Any] = {"value": _bytes(columns["value"][i])}
-            if "key" in columns:
-                kwargs["key"] = _bytes(columns["key"][i])
-            if "partition" in columns and columns["partition"][i] is not None:
-                kwargs["partition"] = columns["partition"][i]
-            if "timestamp" in columns and columns["timestamp"][i] is not None:
-                kwargs["timestamp"] = columns["timestamp"][i]
-            if "headers" in columns and columns["headers"][i]:
-                kwargs["headers"] = [(h["key"], _bytes(h["value"]))
-                                     for h in columns["headers"][i]]
-            while True:
-                try:
-                    producer.produce(topic, on_delivery=delivered, **kwargs)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
-            producer.poll(0)
-            if errors:
-                break
-        count += n
-        if errors:
-            break
-    remaining = producer.flush(120)
-    if errors or remaining:
-        detail = errors[0] if errors else f"{remaining} records unacknowledged"
-        raise RuntimeError(f"odradek sink task {partition_id} failed after {count} rows "
-                           f"({len(errors)} delivery errors): {detail}")
-    _PRODUCERS[key] = producer   # only a producer that delivered everything is kept
-    return WriteResult(partition_id, count)
-
-
-class OdradekBatchWriter(DataSourceArrowWriter):
-    """Each task writes its rows with an idempotent producer (kept by its Python worker for
-    the next task) and waits for every acknowledgement; a failed delivery fails that task
-    with the broker's error."""
-
-    def __init__(self, options: WriteOptions) -> None:
-        self.options = options
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
-        return write_task(self.options, iterator)
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        # Records are visible once acknowledged: there is nothing left to publish.
-        return None
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        # Records acknowledged before the failure stay in their topics (at-least-once).
-        return None
-
-
 class OdradekDataSource(DataSource):
     """Topics of an Odradek (or any Kafka) cluster as a Spark data source: `odradek`."""
 
@@ -317,13 +175,15 @@ class OdradekDataSource(DataSource):
 
         return OdradekStreamReader(parse_read_options(self.options, streaming=True))
 
-    def writer(self, schema: StructType, overwrite: bool) -> OdradekBatchWriter:
+    def writer(self, schema: StructType, overwrite: bool) -> Any:
+        from .sink import OdradekBatchWriter, check_write_schema
+
         options = parse_write_options(self.options)
         check_write_schema(schema, options)
         return OdradekBatchWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
-        from .stream import OdradekStreamWriter
+        from .sink import OdradekStreamWriter, check_write_schema
 
         options = parse_write_options(self.options, streaming=True)
         check_write_schema(schema, options)

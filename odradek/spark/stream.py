@@ -1,12 +1,9 @@
-"""The streaming reader and writer: Structured Streaming micro-batches over topics.
+"""The streaming reader: Structured Streaming micro-batches over topics.
 
 Offsets are JSON objects like Spark's Kafka source writes them, {"topic": {"0": 42}}: the
 next offset to read in each partition. Spark checkpoints them, so a query restarted from its
 checkpoint resumes exactly where it stopped. Partitions that appear while the query runs are
 read from their earliest offset.
-
-The streaming writer sends each micro-batch exactly as the batch writer sends a DataFrame
-(see source.write_task): at least once, like Spark's Kafka sink.
 """
 
 from __future__ import annotations
@@ -15,10 +12,8 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.sql.datasource import (
-    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
-    WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -29,9 +24,9 @@ from pyspark.sql.streaming.datasource import (
 
 from .data_consumer import read_range
 from .offset_reader import OffsetReader
-from .options import LATEST, ReadOptions, WriteOptions
+from .options import LATEST, ReadOptions
 from .ranges import Marks, OdradekDataLossError, OffsetRange, split_ranges, starting_offsets
-from .source import RangePartition, WriteResult, arrow_schema, to_record_batch, write_task
+from .source import RangePartition, arrow_schema, to_record_batch
 
 Offsets = dict[str, dict[str, int]]
 
@@ -158,29 +153,4 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: Offsets) -> None:
         # Spark checkpoints offsets itself; nothing is committed to the broker.
-        return None
-
-
-class OdradekStreamWriter(DataSourceStreamArrowWriter):
-    """Each task of a micro-batch writes its rows with an idempotent producer (acks=all) and
-    waits for every acknowledgement, as the batch writer does.
-
-    Delivery is at least once, as with Spark's Kafka sink: records are visible as soon as they
-    are acknowledged, so commit() has nothing to publish and abort() nothing to undo. A
-    micro-batch replayed after a failure (a retried task, or a restart before Spark
-    checkpointed the batch as committed) writes its records again.
-    """
-
-    def __init__(self, options: WriteOptions) -> None:
-        self.options = options
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
-        return write_task(self.options, iterator)
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        # Acknowledged records are already visible; running this again for a batchId is safe.
-        return None
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        # Records acknowledged before the failure stay in their topics (at least once).
         return None

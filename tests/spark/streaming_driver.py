@@ -2,11 +2,13 @@
 it mid-batch and starts it again from its checkpoint.
 
     python streaming_driver.py BOOTSTRAP TOPIC OUTPUT CHECKPOINT [--max-offsets N]
-        [--available-now] [--slow-partition P --slow-ms MS] [--deadline S]
+        [--available-now] [--slow-partition P --slow-ms MS] [--deadline S] [--sink-topic]
 
 It starts its own SparkSession (local[2], PYSPARK_PYTHON = this interpreter), registers the
 odradek format and runs readStream format odradek (startingOffsets earliest) -> writeStream
-parquet to OUTPUT with CHECKPOINT, writing each record's partition, offset and value.
+parquet to OUTPUT with CHECKPOINT, writing each record's partition, offset and value. With
+--sink-topic, OUTPUT is a topic: the odradek sink writes each record's value to it (exactly
+once, the sink's default).
 
 --slow-partition P --slow-ms MS: the task that writes partition P's records of a micro-batch
 pauses MS before it writes them, while the other partition's task writes its file at once.
@@ -53,6 +55,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--slow-partition", type=int, default=None)
     parser.add_argument("--slow-ms", type=int, default=0)
     parser.add_argument("--deadline", type=float, default=300)
+    parser.add_argument("--sink-topic", action="store_true")
     args = parser.parse_args(argv)
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -78,8 +81,13 @@ def main(argv: list[str]) -> int:
     df = reader.load().selectExpr("partition", "offset", "cast(value as string) as value")
     if args.slow_partition is not None:
         df = df.mapInArrow(slow_partition(args.slow_partition, args.slow_ms), df.schema)
-    writer = (df.writeStream.format("parquet").option("path", args.output)
-              .option("checkpointLocation", args.checkpoint))
+    if args.sink_topic:
+        writer = (df.select("value").writeStream.format("odradek")
+                  .option("kafka.bootstrap.servers", args.bootstrap)
+                  .option("topic", args.output))
+    else:
+        writer = df.writeStream.format("parquet").option("path", args.output)
+    writer = writer.option("checkpointLocation", args.checkpoint)
     if args.available_now:
         writer = writer.trigger(availableNow=True)
     query = writer.start()

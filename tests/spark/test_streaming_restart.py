@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from support.broker import BrokerProcess
-from support.spark import create_topic, produce_values, wait_for
+from support.spark import consume_all, create_topic, produce_values, wait_for
 
 DRIVER = Path(__file__).with_name("streaming_driver.py")
 PARTITIONS = 2
@@ -207,3 +207,70 @@ def test_sigkill_mid_batch_then_restart_gives_every_record_exactly_once(
     want = sorted((p, o, v) for (p, o), v in zip(placed, values, strict=True))
     assert len(got) == len(set(got)), "duplicates in the output"
     assert got == want
+
+
+def open_transaction_on(bootstrap: str, topic: str) -> bool:
+    """Some partition of the topic has records of a transaction that is still open (its last
+    stable offset is behind its high watermark)."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    partitions = admin.list_topics(topic, timeout=30).topics[topic].partitions
+    specs = {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions}
+    high = admin.list_offsets(specs)
+    stable = admin.list_offsets(specs, isolation_level=IsolationLevel.READ_COMMITTED)
+    return any(stable[tp].result().offset < high[tp].result().offset for tp in specs)
+
+
+@pytest.mark.timeout(240)
+def test_sigkill_mid_batch_then_restart_writes_each_record_once_to_a_topic(
+        spark: Any, broker: BrokerProcess, tmp_path: Path, drivers: list[Driver]) -> None:
+    """The odradek sink, exactly once: the first run (40 records per micro-batch, partition
+    1's task a second behind partition 0's) is SIGKILLed when a micro-batch's first task has
+    written its records into an open transaction and the batch is not committed. The
+    restarted query replays that batch and goes on to the end: a read_committed consumer of
+    the output sees every input record exactly once, and nothing stays open."""
+    topic = create_topic(broker, PARTITIONS)
+    output = create_topic(broker, PARTITIONS)
+    checkpoint = tmp_path / "checkpoint"
+    values = [f"record-{i}" for i in range(600)]
+    produce_values(broker, topic, [(i % PARTITIONS, v, None) for i, v in enumerate(values[:400])])
+    common = [broker.bootstrap, topic, output, str(checkpoint), "--sink-topic"]
+
+    first = Driver(tmp_path, "first", [*common, "--max-offsets", "40", "--slow-partition", "1",
+                                       "--slow-ms", "1000", "--deadline", "150"])
+    drivers.append(first)
+
+    def mid_batch() -> bool:
+        first.running()
+        commits = batch_ids(checkpoint / "commits")
+        offsets = batch_ids(checkpoint / "offsets")
+        return bool(commits and offsets and max(offsets) not in commits
+                    and open_transaction_on(broker.bootstrap, output))
+
+    try:
+        wait_for(mid_batch, "the first run to be in the middle of writing a micro-batch",
+                 timeout=120, interval=0.05)
+        first.kill()
+    except AssertionError:
+        print(first.tail())
+        raise
+    commits, offsets = batch_ids(checkpoint / "commits"), batch_ids(checkpoint / "offsets")
+    assert max(offsets) not in commits and open_transaction_on(broker.bootstrap, output)
+    produce_values(broker, topic, [(i % PARTITIONS, v, None)
+                                   for i, v in enumerate(values[400:], 400)])
+
+    second = Driver(tmp_path, "second", [*common, "--max-offsets", "250", "--available-now",
+                                         "--deadline", "120"])
+    drivers.append(second)
+    status = second.wait(150)
+    assert status == 0, second.tail()
+
+    committed = [r[4].decode() for r in consume_all(broker.bootstrap, output)]
+    assert sorted(committed) == sorted(values)
+    # The killed attempt's records are in the log, aborted: only read_uncommitted sees them.
+    everything = [r[4].decode() for r in consume_all(broker.bootstrap, output,
+                                                     "read_uncommitted")]
+    assert len(everything) > len(values) and set(everything) == set(values)
+    assert not open_transaction_on(broker.bootstrap, output)

@@ -170,30 +170,33 @@ Consumed = tuple[str, int, int, bytes | None, bytes | None, list[tuple[str, byte
                  int, int]
 
 
-def consume_all(bootstrap: str, topic: str) -> list[Consumed]:
+def consume_all(bootstrap: str, topic: str, isolation: str = "read_committed"
+                ) -> list[Consumed]:
     """Every record of a topic as (topic, partition, offset, key, value, headers, timestamp
-    ms, timestamp type), read with a plain consumer up to the high watermarks; sorted by
-    partition and offset."""
-    from confluent_kafka import Consumer, TopicPartition
+    ms, timestamp type), read with a plain consumer to the end of each partition (the high
+    watermark, or the last stable offset read_committed); sorted by partition and offset."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "isolation.level": isolation})
     try:
         partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-                for p in partitions}
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
         out: list[Consumed] = []
-        positions = {p: 0 for p in partitions}
+        # A partition is read when the consumer reports its end (offsets of transaction
+        # markers hold no record, so the last record's offset does not tell).
+        unfinished = set(partitions)
         deadline = time.monotonic() + 30
-        while any(positions[p] < ends[p] for p in partitions):
+        while unfinished:
             assert time.monotonic() < deadline, f"could not read {topic} to its end"
             for m in consumer.consume(500, timeout=0.2):
                 if m.error() is None:
                     kind, stamp = m.timestamp()
                     out.append((m.topic(), m.partition(), m.offset(), m.key(), m.value(),
                                 list(m.headers() or []), stamp, kind))
-                    positions[m.partition()] = m.offset() + 1
+                elif m.error().code() == KafkaError._PARTITION_EOF:
+                    unfinished.discard(m.partition())
         return sorted(out, key=lambda r: (r[1], r[2]))
     finally:
         consumer.close()

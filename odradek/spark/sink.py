@@ -1,0 +1,318 @@
+"""The `odradek` sink: batch and streaming writes into topics, exactly once by default.
+
+Exactly once (`deliveryGuarantee=exactly-once`): each task writes its rows in a Kafka
+transaction it leaves open, and the driver commits the transactions of a micro-batch (or of
+a batch write) only when Spark commits it; see transactions.py for the protocol and
+commit_log.py for how a restarted query finishes a commit and skips a replayed micro-batch.
+Read with `isolation.level=read_committed`, every input row appears once.
+
+At least once (`deliveryGuarantee=at-least-once`, as Spark's Kafka sink): each task writes
+with an idempotent producer and waits for every acknowledgement; a retried task or a
+replayed micro-batch writes its rows again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from .commit_log import CommitLog, CommitRecord
+from .options import OdradekOptionError, WriteOptions
+from .transactions import OpenTransaction, SinkTransactionError, SinkTransactions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WriteResult(WriterCommitMessage):
+    partition_id: int
+    records: int
+    # Exactly once: the task's open transaction (None when the task wrote nothing).
+    transaction: OpenTransaction | None = None
+
+
+_WRITE_COLUMNS = {"key", "value", "topic", "partition", "headers", "timestamp"}
+
+
+def check_write_schema(schema: StructType, options: WriteOptions) -> None:
+    names = {f.name.lower(): f for f in schema.fields}
+    unknown = sorted(set(names) - _WRITE_COLUMNS)
+    if unknown:
+        raise OdradekOptionError(f"cannot write columns {unknown}: the odradek sink takes key, "
+                                 "value, topic, partition, headers and timestamp")
+    if "value" not in names:
+        raise OdradekOptionError("the odradek sink needs a value column")
+    for column in ("key", "value"):
+        if column in names and names[column].dataType.typeName() not in ("binary", "string"):
+            raise OdradekOptionError(f"column {column} must be binary or string, not "
+                                     f"{names[column].dataType.simpleString()}")
+    if "topic" in names and names["topic"].dataType.typeName() != "string":
+        raise OdradekOptionError("column topic must be a string")
+    if "partition" in names and names["partition"].dataType.typeName() != "integer":
+        raise OdradekOptionError("column partition must be an int")
+    if "timestamp" in names and names["timestamp"].dataType.typeName() != "timestamp":
+        raise OdradekOptionError("column timestamp must be a timestamp")
+    if "headers" in names:
+        text = names["headers"].dataType.simpleString()
+        if text not in ("array<struct<key:string,value:binary>>",
+                        "array<struct<key:string,value:string>>"):
+            raise OdradekOptionError(
+                f"column headers must be array<struct<key string, value binary>>, not {text}")
+    if options.topic is None and "topic" not in names:
+        raise OdradekOptionError("give the topic: a topic option or a topic column")
+
+
+def _bytes(value: Any) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value)
+
+
+def _column(array: pa.Array) -> list[Any]:
+    if pa.types.is_timestamp(array.type):
+        # The record's CreateTime: milliseconds since the epoch.
+        micros = array.cast(pa.timestamp("us", tz=array.type.tz)).cast(pa.int64())
+        return [None if v is None else v // 1000 for v in micros.to_pylist()]
+    return array.to_pylist()
+
+
+def _records(options: WriteOptions, iterator: Iterator[pa.RecordBatch], partition_id: int
+             ) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(topic, produce() keyword arguments) of each row."""
+    count = 0
+    for batch in iterator:
+        columns = {name.lower(): _column(batch.column(i))
+                   for i, name in enumerate(batch.schema.names)}
+        for i in range(batch.num_rows):
+            topic = options.topic or columns["topic"][i]
+            if topic is None:
+                raise ValueError(f"row {count + i} of task {partition_id} has no topic")
+            kwargs: dict[str, Any] = {"value": _bytes(columns["value"][i])}
+            if "key" in columns:
+                kwargs["key"] = _bytes(columns["key"][i])
+            if "partition" in columns and columns["partition"][i] is not None:
+                kwargs["partition"] = columns["partition"][i]
+            if "timestamp" in columns and columns["timestamp"][i] is not None:
+                kwargs["timestamp"] = columns["timestamp"][i]
+            if "headers" in columns and columns["headers"][i]:
+                kwargs["headers"] = [(h["key"], _bytes(h["value"]))
+                                     for h in columns["headers"][i]]
+            yield topic, kwargs
+        count += batch.num_rows
+
+
+# Idle at-least-once producers of this Python worker by settings: a worker runs one task at
+# a time and lives across tasks, so the next task reuses the connections and the producer id
+# (a new idempotent producer's first flush takes 50-500 ms; Spark's Kafka sink caches them
+# too). A transactional producer is never kept: the driver ends its transaction.
+_PRODUCERS: dict[str, Any] = {}
+
+
+def write_task(options: WriteOptions, iterator: Iterator[pa.RecordBatch],
+               partition_id: int | None = None) -> WriteResult:
+    """One write task, batch or micro-batch: sends its rows (acks=all), waits for every
+    acknowledgement and fails with the broker's error if any delivery failed. Exactly once,
+    the rows go into a transaction of the task's own that is left open for the driver.
+    `partition_id` is Spark's task partition id, unless given."""
+    from confluent_kafka import Producer
+    from pyspark import TaskContext
+
+    if partition_id is None:
+        context = TaskContext.get()
+        partition_id = context.partitionId() if context is not None else 0
+    errors: list[str] = []
+    first: list[tuple[str, int, int]] = []   # the first delivery: where the transaction starts
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+        elif not first:
+            first.append((msg.topic(), msg.partition(), msg.offset()))
+
+    settings = {"acks": "all", **options.client, "enable.idempotence": True}
+    key = json.dumps(settings, sort_keys=True)
+    transactional_id = (f"{options.transactional_id_prefix}-{partition_id}"
+                        if options.exactly_once else None)
+    producer: Any = None
+    count = 0
+    try:
+        for topic, kwargs in _records(options, iterator, partition_id):
+            if producer is None:
+                if transactional_id is None:
+                    producer = _PRODUCERS.pop(key, None) or Producer(settings)
+                else:
+                    # Fences an earlier attempt of this task and aborts what it left open.
+                    producer = Producer({"transaction.timeout.ms": options.transaction_timeout_ms,
+                                         **settings, "transactional.id": transactional_id})
+                    producer.init_transactions(120)
+                    producer.begin_transaction()
+            while True:
+                try:
+                    producer.produce(topic, on_delivery=delivered, **kwargs)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            producer.poll(0)
+            count += 1
+            if errors:
+                break
+        remaining = producer.flush(120) if producer is not None else 0
+        if errors or remaining:
+            detail = errors[0] if errors else f"{remaining} records unacknowledged"
+            raise RuntimeError(f"odradek sink task {partition_id} failed after {count} rows "
+                               f"({len(errors)} delivery errors): {detail}")
+    except BaseException:
+        if transactional_id is not None and producer is not None:
+            try:   # frees the partitions' last stable offset now, not at the next attempt
+                producer.abort_transaction(10)
+            except Exception as e:   # fenced already, or the cluster is gone
+                log.info("task %d could not abort its transaction: %s", partition_id, e)
+        raise
+    if transactional_id is None:
+        if producer is not None:
+            _PRODUCERS[key] = producer   # only a producer that delivered everything is kept
+        return WriteResult(partition_id, count)
+    # Dropping the producer closes it without ending the transaction: the driver does that.
+    producer = None
+    if not first:
+        return WriteResult(partition_id, 0)
+    topic, partition, offset = first[0]
+    return WriteResult(partition_id, count,
+                       OpenTransaction(transactional_id, topic, partition, offset))
+
+
+def _opened(messages: list[WriterCommitMessage | None]) -> list[OpenTransaction]:
+    return [m.transaction for m in messages
+            if isinstance(m, WriteResult) and m.transaction is not None]
+
+
+class Committer:
+    """The driver's side of an exactly-once write (transactions.py). With a commit log (a
+    streaming query, or a foreachBatch write given checkpointLocation and batchId) a
+    micro-batch is committed once even when Spark replays it."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+        self.log = (CommitLog(options.checkpoint_location)
+                    if options.checkpoint_location else None)
+
+    def recover(self) -> None:
+        """Completes the commit of a micro-batch that a driver died in the middle of. Runs
+        before the tasks of a (re)started query open their transactions."""
+        latest = self.log.latest() if self.log else None
+        if latest is None or latest.committed:
+            return
+        assert self.log is not None
+        with SinkTransactions(self.options.client) as client:
+            try:
+                client.end(latest.transactions, commit=True)
+            except SinkTransactionError as e:
+                raise SinkTransactionError(
+                    f"the odradek sink was committing micro-batch {latest.batch} when the "
+                    f"query stopped, and cannot finish: {e}. Rows of that micro-batch are "
+                    f"missing from the output. Delete {self.log.path(latest.batch)} to go on: "
+                    "Spark then writes the micro-batch again, and tasks whose transactions "
+                    "were committed write their rows a second time") from e
+        self.log.write(CommitRecord(latest.batch, True, latest.transactions))
+        log.info("completed the commit of micro-batch %d", latest.batch)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
+        opened = _opened(messages)
+        with SinkTransactions(self.options.client) as client:
+            if self.log is not None and batch_id is not None:
+                self.recover()
+                latest = self.log.latest()
+                if latest is not None and batch_id <= latest.batch:
+                    # A replay of a micro-batch committed before the driver died.
+                    log.info("micro-batch %d was committed before: aborting its replay",
+                             batch_id)
+                    client.end(self._resolvable(client, opened), commit=False)
+                    return
+            handles = client.resolve(opened)
+            if self.log is not None and batch_id is not None:
+                self.log.write(CommitRecord(batch_id, False, tuple(handles)))
+            client.end(handles, commit=True)
+            if self.log is not None and batch_id is not None:
+                self.log.write(CommitRecord(batch_id, True, tuple(handles)))
+                # Transactions of tasks that a crashed run had and this one has not (fewer
+                # tasks now) stay open until fenced; they hold back read_committed readers.
+                ours = {h.transactional_id for h in handles}
+                left = [t for t in client.open_transactions(self.options.transactional_id_prefix)
+                        if t not in ours]
+                if left:
+                    log.info("aborting transactions a previous run left open: %s", left)
+                    client.fence(left, self.options.transaction_timeout_ms)
+
+    @staticmethod
+    def _resolvable(client: SinkTransactions, opened: list[OpenTransaction]) -> list[Any]:
+        handles = []
+        for o in opened:
+            try:
+                handles += client.resolve([o])
+            except SinkTransactionError as e:   # gone already: nothing to abort
+                log.info("%s", e)
+        return handles
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Aborts the transactions of the tasks that finished (best effort: the next attempt
+        of a task, or the coordinator's timeout, aborts the others)."""
+        opened = _opened(messages)
+        if not opened:
+            return
+        with SinkTransactions(self.options.client) as client:
+            client.end(self._resolvable(client, opened), commit=False)
+
+
+class OdradekBatchWriter(DataSourceArrowWriter):
+    """A DataFrame written to topics: exactly once, the driver commits every task's
+    transaction when Spark commits the job, and aborts them when it aborts it."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+        if options.exactly_once:
+            Committer(options).recover()
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
+        return write_task(self.options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.options.exactly_once:
+            Committer(self.options).commit(messages, self.options.batch_id)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.options.exactly_once:
+            Committer(self.options).abort(messages)
+
+
+class OdradekStreamWriter(DataSourceStreamArrowWriter):
+    """Each micro-batch written to topics; exactly once, its transactions are committed by
+    commit(messages, batchId), once per micro-batch even when Spark replays it."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+        if options.exactly_once:
+            Committer(options).recover()
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
+        return write_task(self.options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self.options.exactly_once:
+            Committer(self.options).commit(messages, batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self.options.exactly_once:
+            Committer(self.options).abort(messages)
