@@ -274,3 +274,11 @@ def test_sigkill_mid_batch_then_restart_writes_each_record_once_to_a_topic(
                                                      "read_uncommitted")]
     assert len(everything) > len(values) and set(everything) == set(values)
     assert not open_transaction_on(broker.bootstrap, output)
+    # The odradek source reads it the same way: read_committed, each record once; read
+    # uncommitted, the aborted ones too.
+    for isolation, expected in (("read_committed", sorted(values)),
+                                ("read_uncommitted", sorted(everything))):
+        rows = (spark.read.format("odradek").option("kafka.bootstrap.servers", broker.bootstrap)
+                .option("subscribe", output).option("kafka.isolation.level", isolation)
+                .load().selectExpr("cast(value as string) as v").collect())
+        assert sorted(r.v for r in rows) == expected, isolation
