@@ -8,12 +8,15 @@ Spark's Kafka source does with its KafkaOffsetReader. Nothing here joins a consu
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 from .options import OdradekOptionError, ReadOptions, Subscription
 
 TopicPartitionKey = tuple[str, int]
 _TIMEOUT = 30.0
+# How long a partition the broker does not know, or whose leader is moving, is asked again.
+_RETRY_S = 3.0
 # Consumer settings an AdminClient would warn about; the reader passes isolation on its own.
 _CONSUMER_ONLY = ("isolation.level", "fetch.", "max.partition.fetch.bytes", "queued.",
                   "session.timeout.ms", "heartbeat.interval.ms", "auto.commit.interval.ms",
@@ -56,26 +59,51 @@ class OffsetReader:
             found += [(topic, p) for p in info.partitions]
         return sorted(found)
 
-    def _list_offsets(self, specs: dict[TopicPartitionKey, Any]) -> dict[TopicPartitionKey, int]:
-        from confluent_kafka import TopicPartition
+    def _list_offsets(self, specs: dict[TopicPartitionKey, Any], missing_ok: bool = False
+                      ) -> dict[TopicPartitionKey, int]:
+        """The offsets ListOffsets answers. A partition whose leader is moving is asked
+        again for a few seconds. With missing_ok a partition the broker does not know (its
+        topic deleted, or created a moment ago and not ready) is left out of the answer."""
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-        if not specs:
-            return {}
-        futures = self.admin.list_offsets(
-            {TopicPartition(t, p): spec for (t, p), spec in specs.items()},
-            isolation_level=self.isolation, request_timeout=_TIMEOUT)
-        return {(tp.topic, tp.partition): future.result().offset
-                for tp, future in futures.items()}
+        missing = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
+                   KafkaError._UNKNOWN_TOPIC}
+        moving = {KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+                  KafkaError.REQUEST_TIMED_OUT}
+        found: dict[TopicPartitionKey, int] = {}
+        deadline = time.monotonic() + _RETRY_S
+        while specs:
+            futures = self.admin.list_offsets(
+                {TopicPartition(t, p): spec for (t, p), spec in specs.items()},
+                isolation_level=self.isolation, request_timeout=_TIMEOUT)
+            again: dict[TopicPartitionKey, Any] = {}
+            for tp, future in futures.items():
+                key = (tp.topic, tp.partition)
+                try:
+                    found[key] = future.result().offset
+                except KafkaException as e:
+                    code = e.args[0].code() if e.args else None
+                    if code in missing and missing_ok and time.monotonic() >= deadline:
+                        continue
+                    if (code in missing or code in moving) and time.monotonic() < deadline:
+                        again[key] = specs[key]
+                        continue
+                    raise
+            specs = again
+            if specs:
+                time.sleep(0.2)
+        return found
 
-    def watermarks(self, partitions: list[TopicPartitionKey]) -> dict[TopicPartitionKey,
-                                                                       tuple[int, int]]:
+    def watermarks(self, partitions: list[TopicPartitionKey], missing_ok: bool = False
+                   ) -> dict[TopicPartitionKey, tuple[int, int]]:
         """(earliest, latest) offset of each partition; latest is the high watermark (the
-        last stable offset under read_committed)."""
+        last stable offset under read_committed). With missing_ok, partitions that do not
+        exist (any more, or yet) are left out."""
         from confluent_kafka.admin import OffsetSpec
 
-        low = self._list_offsets({tp: OffsetSpec.earliest() for tp in partitions})
-        high = self._list_offsets({tp: OffsetSpec.latest() for tp in partitions})
-        return {tp: (low[tp], high[tp]) for tp in partitions}
+        low = self._list_offsets({tp: OffsetSpec.earliest() for tp in partitions}, missing_ok)
+        high = self._list_offsets({tp: OffsetSpec.latest() for tp in low}, missing_ok)
+        return {tp: (low[tp], high[tp]) for tp in high}
 
     def offsets_for_times(self, times: dict[TopicPartitionKey, int]) -> dict[TopicPartitionKey,
                                                                               int | None]:

@@ -29,7 +29,12 @@ from pyspark.sql.types import StructType
 
 from .commit_log import CommitLog, CommitRecord
 from .options import OdradekOptionError, WriteOptions
-from .transactions import OpenTransaction, SinkTransactionError, SinkTransactions
+from .transactions import (
+    OpenTransaction,
+    SinkTransactionError,
+    SinkTransactions,
+    transaction_state,
+)
 
 log = logging.getLogger(__name__)
 
@@ -114,11 +119,38 @@ def _records(options: WriteOptions, iterator: Iterator[pa.RecordBatch], partitio
         count += batch.num_rows
 
 
-# Idle at-least-once producers of this Python worker by settings: a worker runs one task at
-# a time and lives across tasks, so the next task reuses the connections and the producer id
-# (a new idempotent producer's first flush takes 50-500 ms; Spark's Kafka sink caches them
-# too). A transactional producer is never kept: the driver ends its transaction.
+# Idle producers of this Python worker by settings (the transactional id among them): a
+# worker runs one task at a time and lives across tasks, so the next task reuses the
+# connections and the producer id (a new producer's first flush or init_transactions takes
+# 50-500 ms; Spark's Kafka sink caches its producers too).
 _PRODUCERS: dict[str, Any] = {}
+_KEPT = 8   # at most this many kept per worker
+
+
+def _keep(key: str, producer: Any) -> None:
+    _PRODUCERS[key] = producer
+    while len(_PRODUCERS) > _KEPT:
+        del _PRODUCERS[next(iter(_PRODUCERS))]
+
+
+def _ready_for_next(producer: Any, options: WriteOptions, transactional_id: str) -> bool:
+    """Readies a kept transactional producer for its next transaction. The driver ended
+    the last one behind librdkafka's back; ending it the same way from the producer (the
+    coordinator answers a repeated EndTxn with the same outcome) makes librdkafka ready
+    again. A transaction the driver has not decided is never touched: the producer is
+    dropped, and a new one's init_transactions aborts it. A producer fenced meanwhile fails
+    here and is dropped."""
+    state = transaction_state(options.client["bootstrap.servers"], transactional_id)
+    try:
+        if state == "CompleteCommit":
+            producer.commit_transaction(30)
+            return True
+        if state == "CompleteAbort":
+            producer.abort_transaction(30)
+            return True
+    except Exception as e:   # KafkaException: fenced, or the cluster went away
+        log.info("not reusing the producer of %s: %s", transactional_id, e)
+    return False
 
 
 def write_task(options: WriteOptions, iterator: Iterator[pa.RecordBatch],
@@ -142,22 +174,27 @@ def write_task(options: WriteOptions, iterator: Iterator[pa.RecordBatch],
         elif not first:
             first.append((msg.topic(), msg.partition(), msg.offset()))
 
-    settings = {"acks": "all", **options.client, "enable.idempotence": True}
-    key = json.dumps(settings, sort_keys=True)
+    settings: dict[str, Any] = {"acks": "all", **options.client, "enable.idempotence": True}
     transactional_id = (f"{options.transactional_id_prefix}-{partition_id}"
                         if options.exactly_once else None)
+    if transactional_id is not None:
+        settings = {"transaction.timeout.ms": options.transaction_timeout_ms, **settings,
+                    "transactional.id": transactional_id}
+    key = json.dumps(settings, sort_keys=True)
     producer: Any = None
     count = 0
     try:
         for topic, kwargs in _records(options, iterator, partition_id):
             if producer is None:
+                producer = _PRODUCERS.pop(key, None)
                 if transactional_id is None:
-                    producer = _PRODUCERS.pop(key, None) or Producer(settings)
+                    producer = producer or Producer(settings)
                 else:
-                    # Fences an earlier attempt of this task and aborts what it left open.
-                    producer = Producer({"transaction.timeout.ms": options.transaction_timeout_ms,
-                                         **settings, "transactional.id": transactional_id})
-                    producer.init_transactions(120)
+                    if producer is None or not _ready_for_next(producer, options,
+                                                               transactional_id):
+                        # Fences an earlier attempt of this task and aborts what it left open.
+                        producer = Producer(settings)
+                        producer.init_transactions(120)
                     producer.begin_transaction()
             while True:
                 try:
@@ -181,12 +218,12 @@ def write_task(options: WriteOptions, iterator: Iterator[pa.RecordBatch],
             except Exception as e:   # fenced already, or the cluster is gone
                 log.info("task %d could not abort its transaction: %s", partition_id, e)
         raise
+    if producer is not None:
+        _keep(key, producer)   # only a producer that delivered everything is kept
     if transactional_id is None:
-        if producer is not None:
-            _PRODUCERS[key] = producer   # only a producer that delivered everything is kept
         return WriteResult(partition_id, count)
-    # Dropping the producer closes it without ending the transaction: the driver does that.
-    producer = None
+    # The transaction stays open: the driver ends it (a producer dropped from the cache
+    # closes without ending it).
     if not first:
         return WriteResult(partition_id, 0)
     topic, partition, offset = first[0]

@@ -82,12 +82,14 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _marks(self) -> Marks:
         # Subscribed topics that do not exist yet are waited for; deleted ones drop out.
         reader = self._reader
-        return reader.watermarks(reader.partitions(self.options.subscription, missing_ok=True))
+        return reader.watermarks(reader.partitions(self.options.subscription, missing_ok=True),
+                                 missing_ok=True)
 
     def initialOffset(self) -> Offsets:
         reader = self._reader
-        partitions = reader.partitions(self.options.subscription, missing_ok=True)
-        marks = reader.watermarks(partitions)
+        marks = reader.watermarks(reader.partitions(self.options.subscription, missing_ok=True),
+                                  missing_ok=True)
+        partitions = sorted(marks)
         return _nested(starting_offsets(reader, self.options, partitions, marks, LATEST))
 
     def getDefaultReadLimit(self) -> ReadLimit:

@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 from support.broker import BrokerProcess
 from support.spark import consume_all, create_topic
 
+from odradek.spark import sink
 from odradek.spark.commit_log import CommitLog, CommitRecord
 from odradek.spark.options import OdradekOptionError, WriteOptions, parse_write_options
 from odradek.spark.sink import Committer, OdradekStreamWriter, WriteResult, write_task
@@ -72,6 +73,11 @@ def test_a_micro_batch_is_visible_once_committed(broker: BrokerProcess, tmp_path
     assert record is not None and record.batch == 0 and record.committed
     assert sorted(h.transactional_id for h in record.transactions) == [
         f"{opts.transactional_id_prefix}-0", f"{opts.transactional_id_prefix}-1"]
+    # The next micro-batch's tasks reuse their producers: no new init_transactions.
+    kept = {id(p) for p in sink._PRODUCERS.values()}
+    Committer(opts).commit([task(opts, 0, "d"), task(opts, 1, "e")], 1)
+    assert {id(p) for p in sink._PRODUCERS.values()} == kept
+    assert values(broker, topic) == ["a", "b", "c", "d", "e"] and stable(broker, topic)
 
 
 def test_a_driver_that_died_mid_commit_is_completed_and_the_replay_aborted(
