@@ -178,8 +178,11 @@ def write_task(options: WriteOptions, iterator: Iterator[pa.RecordBatch],
     transactional_id = (f"{options.transactional_id_prefix}-{partition_id}"
                         if options.exactly_once else None)
     if transactional_id is not None:
-        settings = {"transaction.timeout.ms": options.transaction_timeout_ms, **settings,
-                    "transactional.id": transactional_id}
+        # reconnect.backoff.ms: librdkafka waits half of it before connecting to the broker
+        # it learned from the bootstrap server; 100 ms made init_transactions take 55 ms,
+        # for each task whose producer was kept by another worker.
+        settings = {"transaction.timeout.ms": options.transaction_timeout_ms,
+                    "reconnect.backoff.ms": 10, **settings, "transactional.id": transactional_id}
     key = json.dumps(settings, sort_keys=True)
     producer: Any = None
     count = 0
@@ -313,9 +316,9 @@ class Committer:
             client.end(self._resolvable(client, opened), commit=False)
 
 
-class OdradekBatchWriter(DataSourceArrowWriter):
-    """A DataFrame written to topics: exactly once, the driver commits every task's
-    transaction when Spark commits the job, and aborts them when it aborts it."""
+class _TopicWriter:
+    """What the batch and the streaming writer share: the options, a commit the last run
+    left unfinished completed before any task runs, and the tasks' write."""
 
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
@@ -324,6 +327,11 @@ class OdradekBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
         return write_task(self.options, iterator)
+
+
+class OdradekBatchWriter(_TopicWriter, DataSourceArrowWriter):
+    """A DataFrame written to topics: exactly once, the driver commits every task's
+    transaction when Spark commits the job, and aborts them when it aborts it."""
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.options.exactly_once:
@@ -334,17 +342,9 @@ class OdradekBatchWriter(DataSourceArrowWriter):
             Committer(self.options).abort(messages)
 
 
-class OdradekStreamWriter(DataSourceStreamArrowWriter):
+class OdradekStreamWriter(_TopicWriter, DataSourceStreamArrowWriter):
     """Each micro-batch written to topics; exactly once, its transactions are committed by
     commit(messages, batchId), once per micro-batch even when Spark replays it."""
-
-    def __init__(self, options: WriteOptions) -> None:
-        self.options = options
-        if options.exactly_once:
-            Committer(options).recover()
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
-        return write_task(self.options, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.options.exactly_once:

@@ -67,6 +67,7 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.target: dict[tuple[str, int], int] | None = None
         self._offset_reader: OffsetReader | None = None
+        self._initial: Offsets | None = None
 
     def __getstate__(self) -> dict[str, object]:
         # Executors get a pickled copy for read(): without the driver's AdminClient.
@@ -86,11 +87,16 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                  missing_ok=True)
 
     def initialOffset(self) -> Offsets:
-        reader = self._reader
-        marks = reader.watermarks(reader.partitions(self.options.subscription, missing_ok=True),
-                                  missing_ok=True)
-        partitions = sorted(marks)
-        return _nested(starting_offsets(reader, self.options, partitions, marks, LATEST))
+        # Spark asks more than once (for the first micro-batch's end and again to plan it):
+        # "latest" must mean the same offsets each time, or the first batch's start would be
+        # past its end while producers write.
+        if self._initial is None:
+            reader = self._reader
+            marks = reader.watermarks(
+                reader.partitions(self.options.subscription, missing_ok=True), missing_ok=True)
+            self._initial = _nested(starting_offsets(reader, self.options, sorted(marks), marks,
+                                                     LATEST))
+        return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger:

@@ -222,6 +222,56 @@ def test_max_offsets_per_trigger_bounds_every_batch_while_records_arrive(
     assert got == sorted((p, o, v) for (p, o), v in zip(placed, values, strict=True))
 
 
+def test_starting_at_latest_while_producers_write(spark: Any, broker: BrokerProcess) -> None:
+    """startingOffsets=latest (the streaming default) while a producer writes: Spark asks for
+    the initial offsets more than once, and each answer must be the same, or the first
+    micro-batch starts past its own end and fails as data loss. From where it started, the
+    query reads every record once, in order."""
+    import threading
+
+    from confluent_kafka import Producer
+
+    topic = create_topic(broker, 2)
+    stop = threading.Event()
+    sent = [0]
+
+    def write() -> None:
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 2})
+        while not stop.is_set():
+            for _ in range(50):
+                producer.produce(topic, b"%d" % sent[0], partition=sent[0] % 2)
+                sent[0] += 1
+            producer.poll(0)
+            time.sleep(0.02)
+        assert producer.flush(30) == 0
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    name = f"latest_{uuid.uuid4().hex[:10]}"
+    try:
+        wait_for(lambda: sent[0] > 500, "the producer to be writing")
+        query = (stream(spark, broker, subscribe=topic, startingOffsets="latest")
+                 .selectExpr("partition", "offset", "cast(value as string) as value")
+                 .writeStream.format("memory").queryName(name)
+                 .trigger(processingTime="200 milliseconds").start())
+        try:
+            wait_for(lambda: len(data_batches(query)) >= 3 or query.exception(),
+                     "three micro-batches with records", timeout=90)
+        finally:
+            stop.set()
+            writer.join(30)
+            query.stop()
+        assert query.exception() is None, query.exception()
+    finally:
+        stop.set()
+    rows = sorted((r.partition, r.offset, int(r.value)) for r in spark.table(name).collect())
+    for partition in (0, 1):
+        offsets = [o for p, o, _ in rows if p == partition]
+        values = [v for p, _, v in rows if p == partition]
+        assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
+        assert values == sorted(values) and all(v % 2 == partition for v in values)
+
+
 # ---- retention and failOnDataLoss ---------------------------------------------------------
 
 @pytest.fixture(scope="module", autouse=True)

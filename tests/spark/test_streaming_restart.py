@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +124,17 @@ class Driver:
                 f"driver still running after {timeout} s\n{self.tail()}") from None
 
 
+def kill_when(driver: Driver, mid_batch: Callable[[], object], interval: float) -> None:
+    """SIGKILLs the driver once it is in the middle of writing a micro-batch."""
+    try:
+        wait_for(mid_batch, "the first run to be in the middle of writing a micro-batch",
+                 timeout=120, interval=interval)
+        driver.kill()
+    except AssertionError:
+        print(driver.tail())
+        raise
+
+
 @pytest.fixture
 def drivers() -> Iterator[list[Driver]]:
     started: list[Driver] = []
@@ -165,13 +176,7 @@ def test_sigkill_mid_batch_then_restart_gives_every_record_exactly_once(
             return max(offsets), orphans
         return None
 
-    try:
-        wait_for(mid_batch, "the first run to be in the middle of writing a micro-batch",
-                 timeout=120, interval=0.02)
-        first.kill()
-    except AssertionError:
-        print(first.tail())
-        raise
+    kill_when(first, mid_batch, interval=0.02)
     # Checked again now that nothing moves: the kill really came in the middle of a batch.
     commits, offsets = batch_ids(checkpoint / "commits"), batch_ids(checkpoint / "offsets")
     killed = max(offsets)
@@ -249,13 +254,7 @@ def test_sigkill_mid_batch_then_restart_writes_each_record_once_to_a_topic(
         return bool(commits and offsets and max(offsets) not in commits
                     and open_transaction_on(broker.bootstrap, output))
 
-    try:
-        wait_for(mid_batch, "the first run to be in the middle of writing a micro-batch",
-                 timeout=120, interval=0.05)
-        first.kill()
-    except AssertionError:
-        print(first.tail())
-        raise
+    kill_when(first, mid_batch, interval=0.05)
     commits, offsets = batch_ids(checkpoint / "commits"), batch_ids(checkpoint / "offsets")
     assert max(offsets) not in commits and open_transaction_on(broker.bootstrap, output)
     produce_values(broker, topic, [(i % PARTITIONS, v, None)
