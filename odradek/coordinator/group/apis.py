@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar, cast
 
 from odradek.cluster.controller import Controller
@@ -276,6 +276,34 @@ class GroupApis:
         metadata = self.controller.topics.get(topic)
         return metadata is not None and partition in metadata.partitions
 
+    def _offsets_of(self, topics: Iterable[Any], make: Callable[[Any], OffsetAndMetadata]
+                    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, OffsetAndMetadata]]:
+        """A commit's offsets (made by `make` from each partition of the request) of the
+        partitions that exist, and UNKNOWN_TOPIC_OR_PARTITION for the others (a partition
+        named twice: its last entry)."""
+        errors: dict[TopicPartition, int] = {}
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        for t in topics:
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                if not self._known(*tp):
+                    errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                offsets[tp] = make(p)
+                errors.pop(tp, None)
+        return errors, offsets
+
+    async def _replicated(self, group_id: str, offsets: Iterable[TopicPartition],
+                          errors: dict[TopicPartition, int]) -> None:
+        """Waits until the whole ISR of the group's partition has the commits written, so
+        that they survive the coordinator (acks=all); a timeout becomes each one's error."""
+        written = [tp for tp in offsets if errors.get(tp) == ErrorCode.NONE]
+        if written:
+            error = await self.coordinator.manager.wait_for_replication(
+                group_id, self.config.get("offsets.commit.timeout.ms"))
+            if error:
+                errors.update(dict.fromkeys(written, error))
+
     async def handle_offset_commit(self, request: Request, context: RequestContext) -> Message:
         body = cast(offset_commit_request.OffsetCommitRequest, request.body)
         version = request.api_version
@@ -284,36 +312,20 @@ class GroupApis:
         # The record's expire timestamp is an int64: a retention that would carry it past
         # Long.MAX_VALUE (Kafka's sum wraps around) keeps the offset as long as there is.
         expire = None if retention == NO_RETENTION_TIME else min(now + retention, LONG_MAX)
-        errors: dict[TopicPartition, int] = {}
-        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-        for t in body.topics:
-            for p in t.partitions:
-                tp = (t.name, p.partition_index)
-                if not self._known(*tp):
-                    errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    continue
-                offsets[tp] = OffsetAndMetadata(
-                    offset=p.committed_offset,
-                    leader_epoch=p.committed_leader_epoch if version >= 6 else -1,
-                    metadata=p.committed_metadata or "",
-                    # v1 lets the client set the commit time (-1: now), as Kafka 3.9 reads it.
-                    commit_timestamp=(p.commit_timestamp if version == 1
-                                      and p.commit_timestamp != -1 else now),
-                    expire_timestamp=expire)
-                errors.pop(tp, None)
+        errors, offsets = self._offsets_of(body.topics, lambda p: OffsetAndMetadata(
+            offset=p.committed_offset,
+            leader_epoch=p.committed_leader_epoch if version >= 6 else -1,
+            metadata=p.committed_metadata or "",
+            # v1 lets the client set the commit time (-1: now), as Kafka 3.9 reads it.
+            commit_timestamp=(p.commit_timestamp if version == 1
+                              and p.commit_timestamp != -1 else now),
+            expire_timestamp=expire))
         if offsets:
             errors.update(self.coordinator.handle_commit_offsets(
                 body.group_id, body.member_id,
                 body.group_instance_id if version >= 7 else None,
                 body.generation_id_or_member_epoch, offsets))
-            # Answered once the whole ISR of the group's partition has the commits, so
-            # that they survive the coordinator (acks=all).
-            written = [tp for tp in offsets if errors.get(tp) == ErrorCode.NONE]
-            if written:
-                error = await self.coordinator.manager.wait_for_replication(
-                    body.group_id, self.config.get("offsets.commit.timeout.ms"))
-                if error:
-                    errors.update(dict.fromkeys(written, error))
+            await self._replicated(body.group_id, offsets, errors)
         return offset_commit_response.OffsetCommitResponse(topics=[
             offset_commit_response.OffsetCommitResponseTopic(name=t.name, partitions=[
                 offset_commit_response.OffsetCommitResponsePartition(
@@ -330,31 +342,17 @@ class GroupApis:
         body = cast(txn_offset_commit_request.TxnOffsetCommitRequest, request.body)
         version = request.api_version
         now = self.coordinator.time.milliseconds()
-        errors: dict[TopicPartition, int] = {}
-        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-        for t in body.topics:
-            for p in t.partitions:
-                tp = (t.name, p.partition_index)
-                if not self._known(*tp):
-                    errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    continue
-                offsets[tp] = OffsetAndMetadata(
-                    offset=p.committed_offset,
-                    leader_epoch=p.committed_leader_epoch if version >= 2 else -1,
-                    metadata=p.committed_metadata or "", commit_timestamp=now)
-                errors.pop(tp, None)
+        errors, offsets = self._offsets_of(body.topics, lambda p: OffsetAndMetadata(
+            offset=p.committed_offset,
+            leader_epoch=p.committed_leader_epoch if version >= 2 else -1,
+            metadata=p.committed_metadata or "", commit_timestamp=now))
         if offsets:
             errors.update(self.coordinator.handle_txn_commit_offsets(
                 body.group_id, body.producer_id, body.producer_epoch,
                 body.member_id if version >= 3 else "",
                 body.group_instance_id if version >= 3 else None,
                 body.generation_id if version >= 3 else -1, offsets))
-            written = [tp for tp in offsets if errors.get(tp) == ErrorCode.NONE]
-            if written:  # acks=all, as OffsetCommit
-                error = await self.coordinator.manager.wait_for_replication(
-                    body.group_id, self.config.get("offsets.commit.timeout.ms"))
-                if error:
-                    errors.update(dict.fromkeys(written, error))
+            await self._replicated(body.group_id, offsets, errors)
         return txn_offset_commit_response.TxnOffsetCommitResponse(topics=[
             txn_offset_commit_response.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
                 txn_offset_commit_response.TxnOffsetCommitResponsePartition(
