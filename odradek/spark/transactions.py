@@ -353,6 +353,8 @@ def transaction_state(bootstrap_servers: str, transactional_id: str,
             with BrokerSocket(host, port, timeout=timeout) as sock:
                 version = min(sock.api_versions.get(FindCoordinatorRequest.API_KEY, (0, 0))[1],
                               FindCoordinatorRequest.MAX_VERSION)
+                if version < 1:   # no key type before v1: the answer would be a group's
+                    return None
                 found = cast(FindCoordinatorResponse, sock.send(
                     find_coordinator_request(transactional_id, version), version))
                 code, _, (_, c_host, c_port) = coordinator_of(found, transactional_id)
