@@ -16,6 +16,7 @@ from support.groups import GroupHarness
 
 from odradek.broker.producer_ids import ProducerIdManager
 from odradek.cluster.topics import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
+from odradek.coordinator.transaction import transaction_coordinator
 from odradek.coordinator.transaction.apis import TransactionApis
 from odradek.coordinator.transaction.transaction_coordinator import (
     TransactionCoordinator,
@@ -321,6 +322,46 @@ def test_commit_writes_markers_then_completes(h: TxnHarness) -> None:
         assert h.sender.calls[-1][2] is ABORT
         assert await end("t", pid, epoch, ABORT) == E.NONE
         assert await end("t", pid, epoch, COMMIT) == E.INVALID_TXN_STATE
+    h.run(run())
+
+
+def test_add_partitions_waits_for_the_previous_completion(
+        h: TxnHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next transaction's AddPartitionsToTxn, arriving while the previous one's
+    markers are still being written here, is answered once they are (not
+    CONCURRENT_TRANSACTIONS, which costs the client a 20 ms back-off); past
+    COMPLETION_WAIT_MS it is CONCURRENT_TRANSACTIONS as before."""
+    async def run() -> None:
+        pid, epoch, _ = await h.init("t")
+        add = h.coordinator.handle_add_partitions
+        assert await add("t", pid, epoch, [P0]) == E.NONE
+        h.sender.gate = asyncio.Event()
+        assert await h.coordinator.handle_end_transaction("t", pid, epoch, COMMIT) == E.NONE
+        waiting = asyncio.ensure_future(add("t", pid, epoch, [P1]))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not waiting.done()
+        assert h.state("t") is S.PREPARE_COMMIT
+        h.sender.gate.set()
+        assert await waiting == E.NONE
+        m = h.metadata("t")
+        assert m.state is S.ONGOING and m.topic_partitions == {P1}
+        # A completion that does not end in time: the answer Kafka gives.
+        monkeypatch.setattr(transaction_coordinator, "COMPLETION_WAIT_MS", 20)
+        h.sender.gate = asyncio.Event()
+        assert await h.coordinator.handle_end_transaction("t", pid, epoch, ABORT) == E.NONE
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        assert await add("t", pid, epoch, [P0]) == E.CONCURRENT_TRANSACTIONS
+        assert loop.time() - started >= 0.018
+        # No completion in flight (a Prepare* state as loaded): answered at once.
+        h.sender.gate.set()
+        await h.settle()
+        assert await add("t", pid, epoch, [P0]) == E.NONE
+        h.metadata("t").state = S.PREPARE_ABORT
+        monkeypatch.setattr(transaction_coordinator, "COMPLETION_WAIT_MS", 600_000)
+        assert await asyncio.wait_for(add("t", pid, epoch, [P1]), 10) == (
+            E.CONCURRENT_TRANSACTIONS)
     h.run(run())
 
 

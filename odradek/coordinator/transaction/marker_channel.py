@@ -1,9 +1,12 @@
 """Sends a decided transaction's markers to its partitions' leaders (Kafka's
 TransactionMarkerChannelManager): the coordinator's TxnMarkerSender.
 
-Partitions are grouped by leader and each leader gets one WriteTxnMarkers request: this
-broker's own partitions are written directly through its ReplicaManager (the same code a
-remote coordinator's request reaches), the others' over the inter-broker client. A
+Partitions are grouped by leader and each leader gets one WriteTxnMarkers request, all at
+once: this broker's own partitions are written directly through its ReplicaManager (the
+same code a remote coordinator's request reaches), the others' over the inter-broker
+client. With a single leader (the usual case) no task is made for it: local markers are
+written in the caller's own step, so the coordinator's completion goes on to its Complete*
+write without a turn of the event loop in between unless the ISR has to catch up. A
 partition whose leader is unknown, answers a retriable error or cannot be reached is
 tried again after `retry_backoff_ms`, with the leader the metadata then names, until
 every partition has the marker; one that no longer exists needs none, as in Kafka. The
@@ -71,9 +74,17 @@ class TxnMarkerChannel:
                     by_leader.setdefault(leader, []).append(tp)
             if not pending:
                 return
-            answers = await asyncio.gather(*(
-                self._send(leader, tps, producer_id, producer_epoch, result, coordinator_epoch)
-                for leader, tps in by_leader.items()))
+            if len(by_leader) == 1:
+                # The usual case: no task per leader, so a local leader's markers are
+                # written in this step of the caller, without a turn of the event loop.
+                [(leader, tps)] = by_leader.items()
+                answers = [await self._send(leader, tps, producer_id, producer_epoch, result,
+                                            coordinator_epoch)]
+            else:
+                answers = await asyncio.gather(*(
+                    self._send(leader, tps, producer_id, producer_epoch, result,
+                               coordinator_epoch)
+                    for leader, tps in by_leader.items()))
             for errors in answers:
                 for tp, error in errors.items():
                     if error in _DONE:

@@ -8,7 +8,9 @@ TransactionCoordinator, transaction version 1: KIP-98, KIP-360, KIP-588, KIP-664
 - EndTxn: PrepareCommit or PrepareAbort is written and the client answered; then the
   markers go to every partition of the transaction through the `TxnMarkerSender`, and
   once every leader has them CompleteCommit or CompleteAbort is written. Meanwhile the id
-  answers CONCURRENT_TRANSACTIONS.
+  answers CONCURRENT_TRANSACTIONS, except that AddPartitionsToTxn and AddOffsetsToTxn, the
+  next transaction's first request, wait up to COMPLETION_WAIT_MS for that completion
+  (a producer that commits and begins again at once would otherwise back off 20 ms).
 - InitProducerId on an id with an ongoing transaction fences its producer: the epoch is
   bumped (PrepareEpochFence, never written), the transaction aborted with it, and the
   caller told CONCURRENT_TRANSACTIONS; its retry then gets the next epoch.
@@ -54,6 +56,12 @@ log = logging.getLogger(__name__)
 
 # How long a Complete* write that found the coordinator unavailable waits to try again.
 COMPLETION_RETRY_BACKOFF_MS = 100
+# How long AddPartitionsToTxn (and AddOffsetsToTxn) waits for the completion of the id's
+# previous transaction (its markers and Complete* write) when that is in flight here,
+# before answering CONCURRENT_TRANSACTIONS as Kafka does at once. The completion takes well
+# under a millisecond when this broker leads the partitions, a few over the network; a
+# client told CONCURRENT_TRANSACTIONS waits 20 ms (Java, librdkafka) before it asks again.
+COMPLETION_WAIT_MS = 50
 
 
 class TransactionResult(IntEnum):
@@ -129,6 +137,8 @@ class TransactionCoordinator:
         # Marker sending and Complete* writes in flight, by __transaction_state partition:
         # cancelled when the partition is resigned.
         self._completions: dict[int, set[asyncio.Task[None]]] = {}
+        # The same tasks by transactional id (the latest one of each id).
+        self._completing: dict[str, asyncio.Task[None]] = {}
 
     # ---- lifecycle and partitions -----------------------------------------------------
 
@@ -154,6 +164,7 @@ class TransactionCoordinator:
             for task in tasks:
                 task.cancel()
         self._completions.clear()
+        self._completing.clear()
         self.manager.shutdown()
         log.info("transaction coordinator stopped")
 
@@ -328,10 +339,33 @@ class TransactionCoordinator:
     async def handle_add_partitions(self, transactional_id: str, producer_id: int,
                                     producer_epoch: int,
                                     partitions: Iterable[TopicPartition]) -> int:
-        """Adds the partitions to the id's transaction (starting one); NONE or the error."""
+        """Adds the partitions to the id's transaction (starting one); NONE or the error.
+        While the id's previous transaction completes here, waits up to
+        COMPLETION_WAIT_MS for it first."""
         if not transactional_id:
             return ErrorCode.INVALID_REQUEST
         wanted = frozenset(partitions)
+        error = await self._add_partitions(transactional_id, producer_id, producer_epoch,
+                                           wanted)
+        if error == ErrorCode.CONCURRENT_TRANSACTIONS and await self._wait_for_completion(
+                transactional_id):
+            error = await self._add_partitions(transactional_id, producer_id,
+                                               producer_epoch, wanted)
+        return error
+
+    async def _wait_for_completion(self, transactional_id: str) -> bool:
+        """Waits up to COMPLETION_WAIT_MS for the id's completion in flight, if any: True
+        when there was one and it has ended (written, failed or cancelled)."""
+        task = self._completing.get(transactional_id)
+        if task is None:
+            return False
+        if not task.done():
+            # asyncio.wait leaves the task running when the time is up.
+            await asyncio.wait((task,), timeout=COMPLETION_WAIT_MS / 1000)
+        return task.done()
+
+    async def _add_partitions(self, transactional_id: str, producer_id: int,
+                              producer_epoch: int, wanted: frozenset[TopicPartition]) -> int:
         error, entry = self.manager.get_transaction_state(transactional_id)
         if error:
             return error
@@ -518,6 +552,13 @@ class TransactionCoordinator:
             tasks = self._completions.setdefault(partition, set())
             tasks.add(task)
             task.add_done_callback(tasks.discard)
+            self._completing[transactional_id] = task
+
+            def forget(done: asyncio.Task[None]) -> None:
+                if self._completing.get(transactional_id) is done:
+                    del self._completing[transactional_id]
+
+            task.add_done_callback(forget)
 
     async def _send_markers_and_complete(self, transactional_id: str, coordinator_epoch: int,
                                          result: TransactionResult,

@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 # Tombstones per batch when expiring ids: well under max.message.bytes.
 _MAX_TOMBSTONE_BATCH_BYTES = 512 * 1024
 _DEFAULT_REQUEST_TIMEOUT_MS = 30_000
+# Transactional ids whose __transaction_state partition is remembered (a Java string hash
+# in Python costs microseconds, and each transaction asks for it a dozen times).
+_PARTITION_CACHE_SIZE = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +212,7 @@ class TransactionStateManager:
         self.loading: dict[int, _PartitionLoad] = {}
         # Fixed once the topic exists: the coordinator sets it from the topic's metadata.
         self.partition_count = config.transaction_log_num_partitions
+        self._partitions: dict[str, tuple[int, int]] = {}  # id: (partition count, partition)
         self.background = BackgroundTasks()
         self._expiry_task: TimerTask | None = None
         self._active = False
@@ -235,7 +239,15 @@ class TransactionStateManager:
     # ---- where ids live ---------------------------------------------------------------
 
     def partition_for(self, transactional_id: str) -> int:
-        return partition_for(transactional_id, self.partition_count)
+        count = self.partition_count
+        cached = self._partitions.get(transactional_id)
+        if cached is not None and cached[0] == count:
+            return cached[1]
+        partition = partition_for(transactional_id, count)
+        if len(self._partitions) >= _PARTITION_CACHE_SIZE:
+            self._partitions.clear()
+        self._partitions[transactional_id] = (count, partition)
+        return partition
 
     def is_loading(self) -> bool:
         return bool(self.loading)
