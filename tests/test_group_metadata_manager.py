@@ -149,8 +149,9 @@ def test_partitions_load_step_by_step_and_answer_load_in_progress_meanwhile(
         assert h.sync(G, a, 1).result.error == ErrorCode.REBALANCE_IN_PROGRESS
         assert h.coordinator.handle_list_groups()[0] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         steps = []
-        read_chunk = h.manager._read_chunk
-        h.manager._read_chunk = lambda load: steps.append(1) or read_chunk(load)  # type: ignore
+        read_chunk = h.manager.loader._read_chunk
+        h.manager.loader._read_chunk = (  # type: ignore[method-assign]
+            lambda load: steps.append(1) or read_chunk(load))
         h.time.run_pending()
         assert not h.manager.is_partition_loading(0)
         assert len(steps) > 5  # 200 bytes at a time, each step a timer task

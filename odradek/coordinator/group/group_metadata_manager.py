@@ -51,6 +51,7 @@ from odradek.coordinator.group.offsets_topic import (
     read_key,
     read_offset_commit_value,
 )
+from odradek.coordinator.partition_loader import PartitionLoad, PartitionLoader
 from odradek.coordinator.timer import Time, Timer, TimerTask
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
@@ -69,9 +70,7 @@ from odradek.protocol.records import (
     decode_control_record,
     decode_records,
 )
-from odradek.protocol.records import iter_batch_headers as _iter_batches
 from odradek.server.config import BrokerConfig
-from odradek.storage.errors import OffsetOutOfRangeError
 from odradek.storage.log_validator import AppendOrigin
 
 log = logging.getLogger(__name__)
@@ -133,15 +132,13 @@ _STORE_OFFSETS_ERRORS: dict[int, int] = {
 }
 
 
-class _PartitionLoad:
+class _PartitionLoad(PartitionLoad):
     """What has been read so far of one __consumer_offsets partition being loaded."""
 
     def __init__(self, partition: int, on_group_loaded: Callable[[GroupMetadata], None],
                  started_ms: int) -> None:
-        self.partition = partition
+        super().__init__(partition, started_ms)
         self.on_group_loaded = on_group_loaded
-        self.started_ms = started_ms
-        self.next_offset = 0
         self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         # The base offset of the batch of each committed offset's record.
         self.positions: dict[tuple[str, TopicPartition], int] = {}
@@ -150,8 +147,6 @@ class _PartitionLoad:
                                      tuple[OffsetAndMetadata, int]]] = {}
         self.groups: dict[str, GroupMetadataValue] = {}
         self.removed_groups: set[str] = set()
-        self.records = 0
-        self.task: TimerTask | None = None
 
 
 class GroupMetadataManager:
@@ -168,7 +163,10 @@ class GroupMetadataManager:
         # Per partition: (the end of the last append, its leader epoch), which commits wait
         # to be replicated up to.
         self.last_appended: dict[int, tuple[int, int]] = {}
-        self.loading: dict[int, _PartitionLoad] = {}
+        self.loader: PartitionLoader[_PartitionLoad] = PartitionLoader(
+            GROUP_METADATA_TOPIC, replica_manager, timer, config.load_buffer_size,
+            self._read_batch, self._finish_load)
+        self.loading = self.loader.loading
         # Fixed once the topic exists: the coordinator sets it from the topic's metadata.
         self.partition_count = config.offsets_topic_num_partitions
         self._expiry_task: TimerTask | None = None
@@ -189,10 +187,7 @@ class GroupMetadataManager:
         if self._expiry_task is not None:
             self._expiry_task.cancel()
             self._expiry_task = None
-        for load in self.loading.values():
-            if load.task is not None:
-                load.task.cancel()
-        self.loading.clear()
+        self.loader.stop_all()
         self.owned_partitions.clear()
         self.groups.clear()
         self.open_groups_for_producer.clear()
@@ -440,72 +435,27 @@ class GroupMetadataManager:
             # Nothing to read (e.g. the topic was just created): serve at once.
             self.load_group_and_offsets(partition, on_group_loaded)
             return
-        load = _PartitionLoad(partition, on_group_loaded, self.time.milliseconds())
-        self.loading[partition] = load
-        load.task = self.timer.schedule(0, lambda: self._load_step(load))
+        self.loader.start(_PartitionLoad(partition, on_group_loaded, self.time.milliseconds()))
 
     def load_group_and_offsets(self, partition: int,
                                on_group_loaded: Callable[[GroupMetadata], None]) -> None:
         """Loads the whole partition now (tests, benchmarks, empty partitions)."""
         if partition in self.owned_partitions:
             return
-        load = self.loading.pop(partition, None)
-        if load is not None and load.task is not None:
-            load.task.cancel()
-        load = _PartitionLoad(partition, on_group_loaded, self.time.milliseconds())
-        self.loading[partition] = load
-        while not self._read_chunk(load):
-            pass
+        self.loader.start(_PartitionLoad(partition, on_group_loaded, self.time.milliseconds()),
+                          now=True)
 
-    def _load_step(self, load: _PartitionLoad) -> None:
-        if self.loading.get(load.partition) is not load:
-            return  # unloaded or restarted meanwhile
-        try:
-            done = self._read_chunk(load)
-        except Exception:
-            log.exception("loading %s-%d failed", GROUP_METADATA_TOPIC, load.partition)
-            del self.loading[load.partition]
+    def _read_batch(self, load: _PartitionLoad, data: bytes, pos: int,
+                    header: RecordBatchHeader, start: int) -> None:
+        if header.is_control:
+            if header.last_offset >= start:
+                self._read_marker(load, data, pos, header)
             return
-        if not done:
-            load.task = self.timer.schedule(0, lambda: self._load_step(load))
-
-    def _read_chunk(self, load: _PartitionLoad) -> bool:
-        """Reads up to offsets.load.buffer.size bytes; True once the load is complete."""
-        partition = self.replica_manager.get_partition((GROUP_METADATA_TOPIC, load.partition))
-        if partition is None or not partition.is_leader:
-            log.info("%s-%d is no longer led here: not loading it", GROUP_METADATA_TOPIC,
-                     load.partition)
-            del self.loading[load.partition]
-            return True
-        plog = partition.log
-        # To the log end, as Kafka: a new leader's records above its high watermark are
-        # the ones its followers will take from it (it may not know the HW has passed them).
-        end = plog.log_end_offset
-        load.next_offset = max(load.next_offset, plog.log_start_offset)
-        if load.next_offset < end:
-            try:
-                data = plog.read(load.next_offset, self.config.load_buffer_size, end).read()
-            except OffsetOutOfRangeError:  # the log start moved (retention): read from it
-                load.next_offset = plog.log_start_offset
-                return False
-            start = load.next_offset
-            for pos, header in _iter_batches(data, allow_partial=True):
-                load.next_offset = header.next_offset
-                if header.is_control:
-                    if header.last_offset >= start:
-                        self._read_marker(load, data, pos, header)
-                    continue
-                producer_id = header.producer_id if header.is_transactional else -1
-                for record in decode_records(data, pos, header):
-                    if record.offset >= start:
-                        self._read_record(load, record.key, record.value, record.offset,
-                                          header.base_offset, producer_id)
-            if load.next_offset == start:  # nothing readable below the log end
-                load.next_offset = end
-            if load.next_offset < end:
-                return False
-        self._finish_load(load)
-        return True
+        producer_id = header.producer_id if header.is_transactional else -1
+        for record in decode_records(data, pos, header):
+            if record.offset >= start:
+                self._read_record(load, record.key, record.value, record.offset,
+                                  header.base_offset, producer_id)
 
     def _read_marker(self, load: _PartitionLoad, data: bytes, pos: int,
                      header: RecordBatchHeader) -> None:
@@ -571,7 +521,6 @@ class GroupMetadataManager:
             log.error("%s: a record that does not parse (%s); skipped", where, e)
 
     def _finish_load(self, load: _PartitionLoad) -> None:
-        del self.loading[load.partition]
         self.owned_partitions.add(load.partition)
         # Transactions still open at the log end: their offsets stay pending.
         pending_by_group: dict[str, dict[int, dict[TopicPartition,
@@ -613,9 +562,7 @@ class GroupMetadataManager:
     def remove_groups_for_partition(self, partition: int,
                                     on_group_unloaded: Callable[[GroupMetadata], None]) -> None:
         """This broker no longer leads the partition: its groups leave the cache."""
-        load = self.loading.pop(partition, None)
-        if load is not None and load.task is not None:
-            load.task.cancel()
+        self.loader.stop(partition)
         self.owned_partitions.discard(partition)
         for group in list(self.groups.values()):
             if self.partition_for(group.group_id) == partition:

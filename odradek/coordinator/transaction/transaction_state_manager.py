@@ -29,6 +29,7 @@ from typing import Any
 
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.cluster.topics import TRANSACTION_STATE_TOPIC
+from odradek.coordinator.partition_loader import PartitionLoad, PartitionLoader
 from odradek.coordinator.timer import Time, Timer, TimerTask
 from odradek.coordinator.transaction.transaction_log import (
     UnknownKey,
@@ -45,10 +46,13 @@ from odradek.coordinator.transaction.transaction_metadata import (
 )
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
-from odradek.protocol.records import SimpleRecord, build_record_batch, decode_records
-from odradek.protocol.records import iter_batch_headers as _iter_batches
+from odradek.protocol.records import (
+    RecordBatchHeader,
+    SimpleRecord,
+    build_record_batch,
+    decode_records,
+)
 from odradek.server.config import BrokerConfig
-from odradek.storage.errors import OffsetOutOfRangeError
 
 log = logging.getLogger(__name__)
 
@@ -186,18 +190,14 @@ class BackgroundTasks:
             await asyncio.gather(*list(self.tasks), return_exceptions=True)
 
 
-class _PartitionLoad:
+class _PartitionLoad(PartitionLoad):
     def __init__(self, partition: int, coordinator_epoch: int,
                  on_loaded: Callable[[int, list[PendingCompletion]], None],
                  started_ms: int) -> None:
-        self.partition = partition
+        super().__init__(partition, started_ms)
         self.coordinator_epoch = coordinator_epoch
         self.on_loaded = on_loaded
-        self.started_ms = started_ms
-        self.next_offset = 0
         self.transactions: dict[str, TransactionMetadata] = {}
-        self.records = 0
-        self.task: TimerTask | None = None
 
 
 class TransactionStateManager:
@@ -209,7 +209,10 @@ class TransactionStateManager:
         self.timer = timer
         # Loaded partitions: their coordinator epoch and ids.
         self.transaction_metadata_cache: dict[int, TxnMetadataCacheEntry] = {}
-        self.loading: dict[int, _PartitionLoad] = {}
+        self.loader: PartitionLoader[_PartitionLoad] = PartitionLoader(
+            TRANSACTION_STATE_TOPIC, replica_manager, timer,
+            config.transaction_log_load_buffer_size, self._read_batch, self._finish_load)
+        self.loading = self.loader.loading
         # Fixed once the topic exists: the coordinator sets it from the topic's metadata.
         self.partition_count = config.transaction_log_num_partitions
         self._partitions: dict[str, tuple[int, int]] = {}  # id: (partition count, partition)
@@ -229,10 +232,7 @@ class TransactionStateManager:
         if self._expiry_task is not None:
             self._expiry_task.cancel()
             self._expiry_task = None
-        for load in self.loading.values():
-            if load.task is not None:
-                load.task.cancel()
-        self.loading.clear()
+        self.loader.stop_all()
         self.transaction_metadata_cache.clear()
         self.background.cancel_all()
 
@@ -480,63 +480,18 @@ class TransactionStateManager:
         if entry is not None and entry.coordinator_epoch == coordinator_epoch:
             return  # loaded already
         previous = self.loading.get(partition)
-        if previous is not None:
-            if previous.coordinator_epoch == coordinator_epoch and not now:
-                return
-            if previous.task is not None:
-                previous.task.cancel()
-        load = _PartitionLoad(partition, coordinator_epoch, on_loaded, self.time.milliseconds())
-        self.loading[partition] = load
-        if now:
-            while not self._read_chunk(load):
-                pass
-        else:
-            load.task = self.timer.schedule(0, lambda: self._load_step(load))
-
-    def _load_step(self, load: _PartitionLoad) -> None:
-        if self.loading.get(load.partition) is not load:
-            return  # unloaded or restarted meanwhile
-        try:
-            done = self._read_chunk(load)
-        except Exception:
-            log.exception("loading %s-%d failed", TRANSACTION_STATE_TOPIC, load.partition)
-            del self.loading[load.partition]
+        if previous is not None and previous.coordinator_epoch == coordinator_epoch and not now:
             return
-        if not done:
-            load.task = self.timer.schedule(0, lambda: self._load_step(load))
+        self.loader.start(_PartitionLoad(partition, coordinator_epoch, on_loaded,
+                                         self.time.milliseconds()), now)
 
-    def _read_chunk(self, load: _PartitionLoad) -> bool:
-        """Reads up to transaction.state.log.load.buffer.size bytes; True once done."""
-        tp = (TRANSACTION_STATE_TOPIC, load.partition)
-        partition = self.replica_manager.get_partition(tp)
-        if partition is None or not partition.is_leader:
-            log.info("%s-%d is no longer led here: not loading it", *tp)
-            del self.loading[load.partition]
-            return True
-        plog = partition.log
-        end = plog.log_end_offset
-        load.next_offset = max(load.next_offset, plog.log_start_offset)
-        if load.next_offset < end:
-            try:
-                data = plog.read(load.next_offset, self.config.transaction_log_load_buffer_size,
-                                 end).read()
-            except OffsetOutOfRangeError:
-                load.next_offset = plog.log_start_offset
-                return False
-            start = load.next_offset
-            for pos, header in _iter_batches(data, allow_partial=True):
-                load.next_offset = header.next_offset
-                if header.is_control:
-                    continue
-                for record in decode_records(data, pos, header):
-                    if record.offset >= start:
-                        self._read_record(load, record.key, record.value, record.offset)
-            if load.next_offset == start:  # nothing readable below the log end
-                load.next_offset = end
-            if load.next_offset < end:
-                return False
-        self._finish_load(load)
-        return True
+    def _read_batch(self, load: _PartitionLoad, data: bytes, pos: int,
+                    header: RecordBatchHeader, start: int) -> None:
+        if header.is_control:
+            return
+        for record in decode_records(data, pos, header):
+            if record.offset >= start:
+                self._read_record(load, record.key, record.value, record.offset)
 
     def _read_record(self, load: _PartitionLoad, key: bytes | None, value: bytes | None,
                      offset: int) -> None:
@@ -560,7 +515,6 @@ class TransactionStateManager:
             load.transactions[tid] = metadata
 
     def _finish_load(self, load: _PartitionLoad) -> None:
-        del self.loading[load.partition]
         if self.transaction_metadata_cache.pop(load.partition, None) is not None:
             log.info("replaced the cached transactions of %s-%d (new coordinator epoch %d)",
                      TRANSACTION_STATE_TOPIC, load.partition, load.coordinator_epoch)
@@ -584,9 +538,7 @@ class TransactionStateManager:
         load = self.loading.get(partition)
         if load is not None and (coordinator_epoch is None
                                  or load.coordinator_epoch == coordinator_epoch):
-            del self.loading[partition]
-            if load.task is not None:
-                load.task.cancel()
+            self.loader.stop(partition)
         entry = self.transaction_metadata_cache.pop(partition, None)
         if entry is not None:
             log.info("unloaded %d transactional ids of %s-%d", len(
