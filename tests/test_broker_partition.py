@@ -821,6 +821,23 @@ def test_leadership_listeners_hear_led_and_resigned(logs: LogManager, clock: Fak
     assert told[1:] == [(TOPIC, 2, [], [0])]
 
 
+def test_leadership_listeners_hear_only_of_a_new_leadership(logs: LogManager,
+                                                            clock: FakeClock) -> None:
+    # A LeaderAndIsr of the same leader and leader epoch (a new ISR, or the controller
+    # sending the state again) is no new leadership: a transaction coordinator told again
+    # would drop the markers it is still sending (issue 16), as Kafka's makeLeaders tells
+    # onLeadershipChange only of partitions that became leaders.
+    manager = new_replica_manager(logs, clock)
+    told: list[tuple[str, int, list[int], list[int]]] = []
+    manager.add_leadership_listener(lambda *args: told.append(args))
+    assert lead_or_follow(manager, state(epoch=1)) == {}
+    assert lead_or_follow(manager, state(epoch=1)) == {}
+    assert lead_or_follow(manager, state(epoch=1, isr=(ME, F2), partition_epoch=1)) == {}
+    assert told == [(TOPIC, 2, [0], [])]
+    assert lead_or_follow(manager, state(epoch=2, isr=(ME, F2), partition_epoch=2)) == {}
+    assert told[1:] == [(TOPIC, 2, [0], [])]  # a new leader epoch: the state is reloaded
+
+
 def test_followers_are_handed_to_the_fetchers_and_leaders_taken_back(
         logs: LogManager, clock: FakeClock) -> None:
     fetchers = FakeFetchers()

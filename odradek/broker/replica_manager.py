@@ -371,7 +371,11 @@ class ReplicaManager:
             tp = partition.tp
             if state.leader == self.node_id:
                 not_fetching.append(tp)
-                led.setdefault(tp[0], []).append(tp[1])
+                # As Kafka's makeLeaders: the listeners (the coordinators, which load the
+                # partition's state and restart its pending work) hear of a new leadership,
+                # not of the same one again (an ISR change, a LeaderAndIsr resent).
+                if changed:
+                    led.setdefault(tp[0], []).append(tp[1])
             else:
                 if was_leader:
                     resigned.setdefault(tp[0], []).append(tp[1])

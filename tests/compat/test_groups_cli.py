@@ -18,7 +18,9 @@ TOPIC = "orders"
 def groups_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     process = BrokerProcess(tmp_path_factory.mktemp("groups-cli"),
                             {"group.initial.rebalance.delay.ms": "0"}).start()
-    create(process, TOPIC, 2)
+    # retention.ms=-1: the records' 2023 timestamps are far past the default 7 days, and
+    # the broker's retention pass (30 s after its start) would delete them mid-module.
+    create(process, TOPIC, 2, "--config", "retention.ms=-1")
     producer = Producer({"bootstrap.servers": process.bootstrap})
     for i in range(10):  # 5 records in each partition, timestamps one second apart
         producer.produce(TOPIC, value=f"order {i}".encode(), partition=i % 2,

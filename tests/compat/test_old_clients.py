@@ -61,6 +61,15 @@ KAFKA_PYTHON_VERSIONS = {(0, 9): 0, (0, 10, 1): 1}
 CODECS = (None, "gzip", "snappy", "lz4")
 
 
+# Timestamps the tests write: fixed, in 2023, far older than the default retention.ms (7
+# days). A topic that holds them must not have retention.ms: the session broker's retention
+# pass (every log.retention.check.interval.ms, first 30 s after its start) would otherwise
+# delete them in the middle of a test (a consumer then reads only the records that came
+# after them, e.g. a current client's record stamped now).
+OLD_TIMESTAMP = 1_700_000_000_000
+KEEP_OLD_TIMESTAMPS = {"retention.ms": "-1"}
+
+
 def create_topic(broker: BrokerProcess, config: dict[str, str] | None = None,
                  partitions: int = 2) -> str:
     name = f"old-{uuid.uuid4().hex[:10]}"
@@ -111,12 +120,12 @@ def test_kafka_python_pinned(broker: BrokerProcess, api_version: tuple[int, ...]
     from kafka import KafkaConsumer, KafkaProducer
 
     magic = KAFKA_PYTHON_VERSIONS[api_version]
-    topic = create_topic(broker)
+    topic = create_topic(broker, KEEP_OLD_TIMESTAMPS)
     sent = records(30, f"kp{magic}")
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, api_version=api_version,
                              compression_type=codec, linger_ms=5, acks="all")
     futures = [producer.send(topic, key=k, value=v, partition=i % 2,
-                             timestamp_ms=1_700_000_000_000 + i if magic else None)
+                             timestamp_ms=OLD_TIMESTAMP + i if magic else None)
                for i, (k, v) in enumerate(sent)]
     producer.flush(30)
     metas = [f.get(30) for f in futures]
@@ -129,7 +138,7 @@ def test_kafka_python_pinned(broker: BrokerProcess, api_version: tuple[int, ...]
     assert sorted(((m.key(), m.value()) for m in current), key=repr) == sorted(sent, key=repr)
     if magic == 1:
         assert sorted(m.timestamp()[1] for m in current) == [
-            1_700_000_000_000 + i for i in range(30)]
+            OLD_TIMESTAMP + i for i in range(30)]
     else:  # magic 0 has no timestamps: Kafka's converted records carry none
         assert {m.timestamp()[1] for m in current} == {-1}
 
@@ -158,7 +167,7 @@ def test_kafka_python_pinned(broker: BrokerProcess, api_version: tuple[int, ...]
     assert by_partition == {0: list(range(16)), 1: list(range(15))}
     if magic == 1:
         assert sorted(m.timestamp for m in got if m.key != b"modern") == [
-            1_700_000_000_000 + i for i in range(30)]
+            OLD_TIMESTAMP + i for i in range(30)]
     assert committed(broker, group, topic) == [16, 15]
 
 
@@ -258,14 +267,14 @@ def fetch(wire: Wire, topic: str, offset: int, version: int) -> Any:
 
 
 def test_legacy_sets_are_stored_as_v2_and_served_in_each_format(broker: BrokerProcess) -> None:
-    topic = create_topic(broker, partitions=1)
+    topic = create_topic(broker, KEEP_OLD_TIMESTAMPS, partitions=1)
     wire = Wire(broker.port)
-    magic1 = build_message_set([(i, 1_700_000_000_000 + i, b"k%d" % i, b"v%d" % i)
+    magic1 = build_message_set([(i, OLD_TIMESTAMP + i, b"k%d" % i, b"v%d" % i)
                                 for i in range(5)], 1, compression=GZIP)
     assert (produce(wire, topic, magic1, 2).error_code, produce(
         wire, topic, build_message_set([(0, -1, None, b"m0")], 0), 0).error_code) == (0, 0)
     # A current client's batch, with a header, read by the old versions without it.
-    batch = build_record_batch([(b"k6", b"v6", (("h", b"x"),), 1_700_000_000_006)])
+    batch = build_record_batch([(b"k6", b"v6", (("h", b"x"),), OLD_TIMESTAMP + 6)])
     assert produce(wire, topic, batch, 9).error_code == 0
 
     expected = [(i, b"k%d" % i, b"v%d" % i) for i in range(5)] + [(5, None, b"m0"),
@@ -282,8 +291,8 @@ def test_legacy_sets_are_stored_as_v2_and_served_in_each_format(broker: BrokerPr
         assert [(r.offset, r.key, r.value) for r in got] == expected[2:]
         if magic == 1:
             assert [r.timestamp for r in got] == [
-                1_700_000_000_002, 1_700_000_000_003, 1_700_000_000_004, -1,
-                1_700_000_000_006]
+                OLD_TIMESTAMP + 2, OLD_TIMESTAMP + 3, OLD_TIMESTAMP + 4, -1,
+                OLD_TIMESTAMP + 6]
     wire.close()
 
 
