@@ -17,6 +17,7 @@ from odradek.broker.admin import AdminManager
 from odradek.broker.apis import KafkaApis, supported_range
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.producer_ids import ProducerIdManager
+from odradek.broker.scram_apis import ScramApis
 from odradek.coordinator.group.apis import GroupApis
 from odradek.coordinator.transaction.transaction_coordinator import TransactionCoordinator
 from odradek.coordinator.transaction.transaction_state_manager import (
@@ -42,6 +43,7 @@ from odradek.protocol.messages import (
     txn_offset_commit_request,
 )
 from odradek.protocol.messages.request_header import RequestHeader
+from odradek.security.credential_cache import CredentialCache
 from odradek.server.config import BrokerConfig
 from odradek.server.network import RequestContext
 
@@ -337,7 +339,8 @@ def test_api_versions_and_broker_md_list_exactly_what_is_served(client: Client) 
         h.coordinator.partition_for, h.time, h.time)
     apis = KafkaApis(config, h.replica_manager, h.controller,
                      AdminManager(config, h.controller, h.replica_manager), coordinator,
-                     h.coordinator, MetadataCache(config.node_id, "cluster"))
+                     h.coordinator, MetadataCache(config.node_id, "cluster"),
+                     scram=ScramApis(h.controller.store, CredentialCache()))
     versions_response: Any = apis.handle_api_versions(None, None)  # type: ignore[arg-type]
     advertised = {v.api_key: (v.min_version, v.max_version)
                   for v in versions_response.api_keys}

@@ -503,9 +503,8 @@ def test_inter_broker_listener_name() -> None:
          "listeners", "own port"),
         ({"listeners": "CLIENT://:9092"}, "listeners",
          "no security protocol is defined for listener CLIENT"),
-        ({"listeners": "SSL://:9093"}, "listeners", "only PLAINTEXT"),
-        ({"listeners": "SECURE://:9093", "listener.security.protocol.map": "SECURE:SASL_SSL"},
-         "listeners", "uses SASL_SSL"),
+        ({"listeners": "SSL://:9093", "security.inter.broker.protocol": "SASL_SSL"},
+         "security.inter.broker.protocol", "must name an advertised listener (SSL)"),
         ({"listener.security.protocol.map": "PLAINTEXT"}, "listener.security.protocol.map",
          "is not NAME:PROTOCOL"),
         ({"listener.security.protocol.map": "PLAINTEXT:TLS"}, "listener.security.protocol.map",
@@ -694,7 +693,10 @@ def test_dynamic_flags_follow_kafka() -> None:
         assert key.per_broker == (key.dynamic and kafka.update_mode is UpdateMode.PER_BROKER)
     implemented = {k.name for k in BROKER_CONFIGS.values()
                    if k.dynamic and not k.no_effect and not k.refused}
-    assert implemented - {s.name for t in TOPIC_CONFIGS.values() for s in t.synonyms} == {
+    security = {k.name for k in BROKER_CONFIGS.values()
+                if k.name.startswith(("ssl.", "sasl."))}
+    assert implemented - {s.name for t in TOPIC_CONFIGS.values() for s in t.synonyms} - (
+        security) == {
         "log.cleaner.threads", "producer.id.expiration.ms", "num.replica.fetchers",
         "transaction.partition.verification.enable",
     }
@@ -864,14 +866,15 @@ def test_ignored_settings_warnings() -> None:
         "listener.name.sasl_ssl.plain.sasl.jaas.config": "jaas-secret",
     })
     assert warnings[0] == (
-        "sasl.kerberos.min.time.before.relogin=58000 is accepted and has no effect: Odradek "
-        "has no SASL listeners (SASL comes with the security work), so there is no SASL or "
-        "Kerberos login to configure")
+        "sasl.kerberos.min.time.before.relogin=58000 is accepted and has no effect: Kerberos "
+        "(GSSAPI) and the client-side login, which Odradek's brokers do not use: they "
+        "authenticate clients with PLAIN, SCRAM and OAUTHBEARER")
     assert warnings[1].startswith("log.message.format.version=0.10.0 is accepted and has no "
                                   "effect: Odradek always writes record batches v2")
-    assert warnings[2].startswith("ssl.keystore.password=(sensitive) is accepted")
-    assert warnings[3].startswith("listener.name.sasl_ssl.plain.sasl.jaas.config=(sensitive)")
-    assert len(warnings) == 4 and not any("secret" in w for w in warnings)
+    # TLS and SASL settings have their effect (issue 17); Java's machinery has none.
+    assert len(warnings) == 2
+    assert ignored_settings({"ssl.keymanager.algorithm": "PKIX"})[0].startswith(
+        "ssl.keymanager.algorithm=PKIX is accepted and has no effect: Java's TLS machinery")
     assert ignored_settings({"log.message.format.version": "2.8"}) == []  # writes v2 anyway
     assert ignored_settings({"inter.broker.protocol.version": "3.9"})  # Odradek's own
     assert ignored_settings({"compression.zstd.level": "5"})  # a topic default with no effect
@@ -883,10 +886,6 @@ def test_ignored_settings_warnings() -> None:
         ("authorizer.class.name", "kafka.security.authorizer.AclAuthorizer", "no authorizer"),
         ("authorizer.class.name", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
          "ACLs"),
-        ("ssl.client.auth", "required", "no client presents a certificate"),
-        ("ssl.client.auth", "requested", "PLAINTEXT listeners"),
-        ("listener.name.external.ssl.client.auth", "required", "certificate"),
-        ("security.inter.broker.protocol", "SASL_SSL", "PLAINTEXT only"),
         ("zookeeper.set.acl", "true", "no ACLs on the znodes"),
         ("zookeeper.ssl.client.enable", "true", "without TLS"),
         ("create.topic.policy.class.name", "com.example.Policy", "unchecked"),
@@ -951,7 +950,6 @@ def test_kafka_39_dynamic_rules() -> None:
     # Accepted dynamically, no effect: Kafka 3.9's per-broker and cluster-wide settings.
     c = c.with_dynamic({"sasl.kerberos.min.time.before.relogin": "58000",
                         "background.threads": "5", "leader.replication.throttled.rate": "100",
-                        "listener.name.internal.ssl.keystore.location": "/k.jks",
                         "metric.reporters": ""})
     assert c.get("sasl.kerberos.min.time.before.relogin") == 58000
     assert entry(c, "leader.replication.throttled.rate").source is DYNAMIC
@@ -970,7 +968,10 @@ def test_kafka_39_dynamic_rules() -> None:
         ({"sasl.jaas.config": "x"}, False, "Passwords cannot be updated dynamically"),
         ({"listener.name.x.ssl.key.password": "x"}, False, "password.encoder.secret"),
         ({"inter.broker.protocol.version": "3.9"}, False, "Cannot update these configs"),
-        ({"ssl.client.auth": "required"}, False, "is refused"),
+        ({"authorizer.class.name": "x"}, False, "Cannot update these configs"),
+        ({"listener.name.internal.ssl.keystore.location": "/k.p12"}, False,
+         "TLS and SASL settings cannot be updated dynamically yet"),
+        ({"sasl.enabled.mechanisms": "PLAIN"}, False, "cannot be updated dynamically yet"),
         ({"background.threads": "0"}, False, "must be >= 1"),
     ]:
         with pytest.raises(InvalidConfigError) as info:

@@ -19,6 +19,8 @@ from odradek.broker.admin import AdminManager
 from odradek.broker.describe_producers import describe_producers_handler
 from odradek.broker.fetch_session import FetchSessionCache
 from odradek.broker.inter_broker_apis import InterBrokerApis
+from odradek.broker.inter_broker_guard import INTER_BROKER_APIS
+from odradek.broker.inter_broker_guard import refused as inter_broker_refused
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.replica_manager import (
     CONSUMER_REPLICA_ID,
@@ -28,6 +30,7 @@ from odradek.broker.replica_manager import (
     FetchPartitionResult,
     ReplicaManager,
 )
+from odradek.broker.scram_apis import ScramApis
 from odradek.broker.txn_markers import handle_write_txn_markers
 from odradek.broker.txn_verification import TransactionVerifier, produce_error
 from odradek.cluster.controller import Controller
@@ -51,6 +54,8 @@ from odradek.protocol.messages import (
     metadata_response,
     offset_for_leader_epoch_response,
     produce_response,
+    sasl_authenticate_response,
+    sasl_handshake_response,
 )
 from odradek.protocol.messages.describe_cluster_request import DescribeClusterRequest
 from odradek.protocol.messages.fetch_request import FetchRequest
@@ -145,7 +150,8 @@ class KafkaApis:
                  transaction_coordinator: TransactionCoordinator,
                  group_coordinator: GroupCoordinator, metadata_cache: MetadataCache,
                  inter_broker: InterBrokerApis | None = None,
-                 txn_verifier: TransactionVerifier | None = None) -> None:
+                 txn_verifier: TransactionVerifier | None = None,
+                 scram: ScramApis | None = None) -> None:
         self.config = config
         self.txn_verifier = txn_verifier  # KIP-890: None verifies nothing
         self.metadata_cache = metadata_cache
@@ -162,11 +168,15 @@ class KafkaApis:
             ApiKey.LIST_OFFSETS: self.handle_list_offsets,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
+            ApiKey.SASL_HANDSHAKE: self.handle_sasl_handshake,
+            ApiKey.SASL_AUTHENTICATE: self.handle_sasl_authenticate,
             ApiKey.WRITE_TXN_MARKERS: self.handle_write_txn_markers,
             ApiKey.DESCRIBE_PRODUCERS: describe_producers_handler(replica_manager,
                                                                   metadata_cache),
         }
         handlers.update(admin.handlers())
+        if scram is not None:
+            handlers.update(scram.handlers())
         self.group_apis = GroupApis(config, group_coordinator, controller, self._endpoint)
         handlers.update(self.group_apis.handlers())
         # InitProducerId (idempotent and transactional producers) and the transaction APIs;
@@ -195,6 +205,13 @@ class KafkaApis:
             error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=self._api_versions.api_keys)
 
     async def handle(self, request: Request, context: RequestContext) -> Message | None:
+        if (request.api.api_key in INTER_BROKER_APIS
+                and context.listener_name != self.config.inter_broker_listener_name):
+            log.warning("refused %s from %s:%d on listener %s: inter-broker requests are "
+                        "served on the inter-broker listener %s only", request.api.name,
+                        context.client_host, context.client_port, context.listener_name,
+                        self.config.inter_broker_listener_name)
+            return inter_broker_refused(request)
         result = self._handlers[request.api.api_key](request, context)
         if inspect.isawaitable(result):
             result = await result
@@ -204,6 +221,19 @@ class KafkaApis:
 
     def handle_api_versions(self, request: Request, context: RequestContext) -> Message:
         return self._api_versions  # the same every time: built once
+
+    # SASL listeners answer SaslHandshake and SaslAuthenticate in the connection, before
+    # authentication (odradek/server/authenticator.py); what reaches here is out of place,
+    # on another listener or after authentication, and Kafka answers ILLEGAL_SASL_STATE.
+
+    def handle_sasl_handshake(self, request: Request, context: RequestContext) -> Message:
+        return sasl_handshake_response.SaslHandshakeResponse(
+            error_code=ErrorCode.ILLEGAL_SASL_STATE)
+
+    def handle_sasl_authenticate(self, request: Request, context: RequestContext) -> Message:
+        return sasl_authenticate_response.SaslAuthenticateResponse(
+            error_code=ErrorCode.ILLEGAL_SASL_STATE,
+            error_message="SaslAuthenticate request received after successful authentication")
 
     def _endpoint(self, broker_id: int, context: RequestContext) -> tuple[str, int] | None:
         return self.metadata_cache.endpoint(broker_id, context.listener_name)

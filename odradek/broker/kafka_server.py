@@ -36,6 +36,7 @@ from odradek.broker.metadata_cache import Broker, MetadataCache
 from odradek.broker.producer_ids import ProducerIdManager
 from odradek.broker.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from odradek.broker.replica_manager import ReplicaManager
+from odradek.broker.scram_apis import ScramApis
 from odradek.broker.txn_verification import TransactionVerifier
 from odradek.cluster.controller import Controller
 from odradek.cluster.embedded import EmbeddedMetadataStore
@@ -43,7 +44,7 @@ from odradek.cluster.kafka_controller import KafkaController
 from odradek.cluster.metadata import MetadataStore
 from odradek.cluster.zk_topic_admin import ZkTopicAdmin
 from odradek.cluster.zookeeper.store import ZkWatch, ZooKeeperMetadataStore
-from odradek.cluster.zookeeper.znodes import BrokerEndpoint
+from odradek.cluster.zookeeper.znodes import BrokerEndpoint, desanitize
 from odradek.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from odradek.coordinator.group.group_metadata_manager import GroupMetadataManager, OffsetConfig
 from odradek.coordinator.timer import AsyncioTimer, SystemTime
@@ -57,11 +58,13 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import KafkaError
 from odradek.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
 from odradek.protocol.messages.controlled_shutdown_response import ControlledShutdownResponse
+from odradek.security.credential_cache import CredentialCache
+from odradek.server.channel_builder import build_listener_security
 from odradek.server.config import BrokerConfig
 from odradek.server.network import BoundListener, SocketServer
 from odradek.storage.checkpoints import write_durably
 from odradek.storage.config import LogConfig
-from odradek.storage.errors import StorageError
+from odradek.storage.errors import InvalidConfigError, StorageError
 from odradek.storage.log_dir import LogDir, lock_log_dir
 from odradek.storage.log_manager import LogManager
 
@@ -76,6 +79,7 @@ class KafkaServer:
         self.config = config
         self.log_manager: LogManager | None = None
         self.socket_server: SocketServer | None = None
+        self.credentials = CredentialCache()  # SCRAM users, for the SASL listeners
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
@@ -114,6 +118,20 @@ class KafkaServer:
             check_meta_properties(log_dir, config.node_id, store.cluster_id)
         self._static_config = config
         config = self.config = load_dynamic_broker_configs(config, store)
+        # SCRAM users, then each listener's TLS and SASL: a mistake in them stops the
+        # broker here, before anything is served.
+        self.credentials.load(await asyncio.to_thread(store.user_configs))
+        inter_broker = next(li for li in config.advertised_listeners
+                            if li.name == config.inter_broker_listener_name)
+        if zk_store is not None and inter_broker.security_protocol != "PLAINTEXT":
+            raise InvalidConfigError(
+                f"the inter-broker listener {inter_broker.name} is "
+                f"{inter_broker.security_protocol}: Odradek's brokers connect to each other "
+                "over PLAINTEXT for now, so set inter.broker.listener.name to a PLAINTEXT "
+                "listener (clients can still be required to use TLS and SASL on the others)",
+                key="inter.broker.listener.name")
+        security = {li.name: build_listener_security(config, li, self.credentials.lookup)
+                    for li in config.listeners if li.security_protocol != "PLAINTEXT"}
         cache: MetadataCache
         controller: Controller
         if zk_store is not None:
@@ -203,7 +221,8 @@ class KafkaServer:
             request_timeout_ms=config.get("request.timeout.ms"))
         apis = KafkaApis(config, self.replica_manager, controller, admin,
                          self.transaction_coordinator, self.group_coordinator, cache,
-                         inter_broker, self.txn_verifier)
+                         inter_broker, self.txn_verifier,
+                         ScramApis(store, self.credentials))
         self.socket_server = SocketServer(
             apis, max_frame_size=config.socket_request_max_bytes,
             connections_max_idle_ms=config.connections_max_idle_ms,
@@ -211,7 +230,7 @@ class KafkaServer:
             request_receive_timeout_ms=config.get("socket.request.receive.timeout.ms"),
         )
         self.bound = await self.socket_server.start(
-            [(li.name, li.host, li.port) for li in config.listeners])
+            [(li.name, li.host, li.port) for li in config.listeners], security)
         endpoints = self._advertised_endpoints()
         if zk_store is not None:
             assert self.kafka_controller is not None
@@ -300,6 +319,14 @@ class KafkaServer:
                 self._in_background(self._reload_topic_configs(name))
             elif kind == "brokers" and name in (CLUSTER_DEFAULT_ENTITY, str(self.config.node_id)):
                 self._in_background(self._reload_broker_configs())
+            elif kind == "users":
+                self._in_background(self._reload_user(desanitize(name)))
+
+    async def _reload_user(self, user: str) -> None:
+        """A user's SCRAM credentials, changed through another broker."""
+        assert self.zk_store is not None
+        configs = await asyncio.to_thread(self.zk_store.user_configs)
+        self.credentials.update_user(user, configs.get(user))
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)

@@ -18,6 +18,7 @@ import base64
 import json
 import threading
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from odradek.cluster.metadata import TopicMetadata
@@ -39,6 +40,7 @@ class EmbeddedMetadataStore:
         self.path = directory / METADATA_FILE
         self._topics: dict[str, str] = {}  # name -> the topic's JSON
         self._broker_configs: dict[str, str] = {}
+        self._user_configs: dict[str, dict[str, str]] = {}
         self._next_producer_id = 0
         self.cluster_id = ""
         self._lock = threading.Lock()  # one change and its write at a time
@@ -60,6 +62,7 @@ class EmbeddedMetadataStore:
         self._topics = {n: _encode(TopicMetadata.from_json(n, t))
                         for n, t in data["topics"].items()}
         self._broker_configs = dict(data.get("broker_configs", {}))
+        self._user_configs = {u: dict(c) for u, c in data.get("user_configs", {}).items()}
         self._next_producer_id = int(data.get("next_producer_id", 0))
 
     def _save(self) -> None:
@@ -68,6 +71,7 @@ class EmbeddedMetadataStore:
             "cluster_id": self.cluster_id,
             "next_producer_id": self._next_producer_id,
             "broker_configs": dict(sorted(self._broker_configs.items())),
+            "user_configs": dict(sorted(self._user_configs.items())),
         }, indent=1)
         lines = [f"  {json.dumps(n)}: {encoded}" for n, encoded in sorted(self._topics.items())]
         topics = "{\n" + ",\n".join(lines) + "\n }" if lines else "{}"
@@ -120,6 +124,25 @@ class EmbeddedMetadataStore:
     def set_broker_configs(self, configs: dict[str, str]) -> None:
         with self._lock:
             self._broker_configs = dict(configs)
+            self._save_or_undo()
+
+    def user_configs(self) -> dict[str, dict[str, str]]:
+        """Each user's configs (SCRAM credentials by mechanism, quotas), by user name."""
+        with self._lock:
+            return {u: dict(c) for u, c in self._user_configs.items()}
+
+    def alter_user_configs(self, changes: Mapping[str, Mapping[str, str | None]]) -> None:
+        """Sets (or, for None, removes) configs of users, in one write."""
+        with self._lock:
+            for user, updates in changes.items():
+                configs = self._user_configs.setdefault(user, {})
+                for name, value in updates.items():
+                    if value is None:
+                        configs.pop(name, None)
+                    else:
+                        configs[name] = value
+                if not configs:
+                    del self._user_configs[user]
             self._save_or_undo()
 
     def allocate_producer_ids(self, count: int) -> int:

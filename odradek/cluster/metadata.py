@@ -7,6 +7,7 @@ replicas), as Kafka keeps them in /brokers/topics/<t>/partitions/<p>/state.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from uuid import UUID
@@ -92,6 +93,14 @@ class MetadataStore(Protocol):
     def broker_configs(self) -> dict[str, str]: ...
 
     def set_broker_configs(self, configs: dict[str, str]) -> None: ...
+
+    def user_configs(self) -> dict[str, dict[str, str]]:
+        """Each user's configs (SCRAM credentials by mechanism, quotas), by user name."""
+        ...
+
+    def alter_user_configs(self, changes: Mapping[str, Mapping[str, str | None]]) -> None:
+        """Sets (or, for None, removes) configs of users."""
+        ...
 
     def allocate_producer_ids(self, count: int) -> int:
         """Reserves `count` producer ids for this broker; returns the first."""

@@ -111,7 +111,6 @@ PASSWORD_CONFIG_TYPE = int(KafkaType.PASSWORD)
 SHORT_MIN, SHORT_MAX = -(2**15), 2**15 - 1
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SERVED_PROTOCOLS = ("PLAINTEXT",)  # TLS and SASL come with the security issue
 DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
 
 # LONG_MAX (Kafka's "never" for log.flush.scheduler.interval.ms) overflows threading's
@@ -515,12 +514,10 @@ _AREAS = {
     "metrics": ("Metrics reporters",
                 "Odradek serves its metrics at /metrics on its HTTP listener (Prometheus), "
                 "not through Java reporters or JMX"),
-    "tls": ("TLS",
-            "Odradek serves only PLAINTEXT listeners (TLS comes with the security work), so "
-            "there is no TLS to configure"),
-    "sasl": ("SASL",
-             "Odradek has no SASL listeners (SASL comes with the security work), so there is "
-             "no SASL or Kerberos login to configure"),
+    "tls": ("TLS", "Java's TLS machinery (key managers, providers, engine factories): "
+            "Odradek's TLS is Python's ssl module over OpenSSL"),
+    "sasl": ("SASL", "Kerberos (GSSAPI) and the client-side login, which Odradek's brokers "
+             "do not use: they authenticate clients with PLAIN, SCRAM and OAUTHBEARER"),
     "auth": ("Authorization, principals and secrets",
              "Odradek does not authenticate clients yet, so it has no principals, delegation "
              "tokens or encrypted passwords to manage"),
@@ -533,6 +530,72 @@ _AREAS = {
     "kraft": ("KRaft",
               "Odradek has no KRaft mode; as in ZooKeeper-mode Kafka, KRaft's tuning is "
               "ignored"),
+}
+
+# Kafka's TLS and SASL settings Odradek serves (issue 17): per listener, with
+# listener.name.<listener>.<config> over the base config (docs/security.md); the names in
+# _JAVA_ONLY are Java's machinery or Kerberos, accepted with no effect.
+_SERVED_AREAS = frozenset({"tls", "sasl"})
+_JAVA_ONLY = frozenset({
+    "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm", "ssl.provider",
+    "ssl.secure.random.implementation", "ssl.engine.factory.class", "ssl.allow.dn.changes",
+    "ssl.allow.san.changes", "sasl.client.callback.handler.class",
+    "sasl.login.callback.handler.class", "sasl.login.class", "sasl.login.connect.timeout.ms",
+    "sasl.login.read.timeout.ms", "sasl.login.refresh.buffer.seconds",
+    "sasl.login.refresh.min.period.seconds", "sasl.login.refresh.window.factor",
+    "sasl.login.refresh.window.jitter", "sasl.login.retry.backoff.max.ms",
+    "sasl.login.retry.backoff.ms", "sasl.kerberos.kinit.cmd",
+    "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.principal.to.local.rules",
+    "sasl.kerberos.service.name", "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.ticket.renew.window.factor", "sasl.oauthbearer.token.endpoint.url",
+    "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms",
+    "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms",
+})
+_SECURITY_DOCS = {
+    "ssl.keystore.type": "The format of the listener's key and certificate chain: PEM or "
+    "PKCS12 (a JKS keystore is refused: convert it with keytool).",
+    "ssl.keystore.location": "The keystore file: PEM (the private key and its certificate "
+    "chain) or PKCS12.",
+    "ssl.keystore.password": "The PKCS12 keystore's password.",
+    "ssl.key.password": "The password of the private key (an encrypted PEM key).",
+    "ssl.keystore.key": "The private key in PEM, inline (KIP-651), instead of a file.",
+    "ssl.keystore.certificate.chain": "The certificate chain in PEM, inline (KIP-651).",
+    "ssl.truststore.type": "The format of the trusted certificates: PEM or PKCS12.",
+    "ssl.truststore.location": "The CA certificates clients' (and brokers') certificates are "
+    "checked against.",
+    "ssl.truststore.password": "The PKCS12 truststore's password.",
+    "ssl.truststore.certificates": "Trusted CA certificates in PEM, inline (KIP-651).",
+    "ssl.client.auth": "Whether TLS clients must present a certificate (required), may "
+    "(requested) or are not asked (none); the principal of a client that does is its "
+    "certificate's distinguished name through ssl.principal.mapping.rules.",
+    "ssl.enabled.protocols": "The TLS versions served.",
+    "ssl.protocol": "The TLS protocol of connections this broker opens (to other brokers).",
+    "ssl.cipher.suites": "The TLS 1.2 cipher suites served, by their IANA (Java) or OpenSSL "
+    "names; empty: OpenSSL's defaults.",
+    "ssl.endpoint.identification.algorithm": "https: a broker checks the host name of the "
+    "brokers it connects to against their certificates; empty: it does not.",
+    "ssl.principal.mapping.rules": "Rules from a client certificate's distinguished name to "
+    "its principal name: RULE:pattern/replacement/[LU], ..., DEFAULT.",
+    "sasl.enabled.mechanisms": "The SASL mechanisms a SASL listener serves: PLAIN, "
+    "SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (GSSAPI, Kafka's default, is refused).",
+    "sasl.jaas.config": "The JAAS login module of a mechanism, in Kafka's syntax (usually per "
+    "listener and mechanism: listener.name.<l>.<mechanism>.sasl.jaas.config); PLAIN's users "
+    "are its user_<name>=\"<password>\" options, and a broker's own credentials for the "
+    "inter-broker listener its username and password.",
+    "sasl.mechanism.inter.broker.protocol": "The mechanism brokers authenticate to each "
+    "other with, when the inter-broker listener is SASL.",
+    "sasl.server.callback.handler.class": "OAUTHBEARER's token validation: Kafka's unsecured "
+    "validator by default, or org.apache.kafka.common.security.oauthbearer."
+    "OAuthBearerValidatorCallbackHandler for signed JWTs checked against a JWKS.",
+    "security.inter.broker.protocol": "The security protocol brokers talk to each other "
+    "with: the listener of that name is the inter-broker listener (set this or "
+    "inter.broker.listener.name).",
+    "sasl.server.max.receive.size": "The largest request a connection may send before it "
+    "is authenticated.",
+    "connections.max.reauth.ms": "How long a SASL session lasts before the client must "
+    "re-authenticate on its connection (KIP-368); 0: forever.",
+    "connection.failed.authentication.delay.ms": "How long the answer to a failed "
+    "authentication, and the close, are delayed (slows password guessing).",
 }
 
 _KRAFT = ("Odradek has no KRaft mode: it keeps cluster metadata in its embedded single-node "
@@ -548,11 +611,6 @@ _REFUSED: dict[str, tuple[Any, str]] = {
                                        "so topics would be created unchecked"),
     "alter.config.policy.class.name": ("", "Odradek cannot run Kafka's Java policy classes, "
                                        "so configs would be altered unchecked"),
-    "security.inter.broker.protocol": ("PLAINTEXT", "Odradek's brokers talk to each other "
-                                       "over PLAINTEXT only (TLS and SASL come with the "
-                                       "security work)"),
-    "ssl.client.auth": ("none", "Odradek serves only PLAINTEXT listeners, so no client "
-                        "presents a certificate to be authenticated by"),
     "zookeeper.set.acl": (False, "Odradek's ZooKeeper client sets no ACLs on the znodes it "
                           "writes, so whoever reaches ZooKeeper can change them"),
     "zookeeper.ssl.client.enable": (False, "Odradek's ZooKeeper client connects without "
@@ -583,15 +641,18 @@ def _kafka_key(config: KafkaBrokerConfig) -> BrokerKey:
         high = getattr(validator, "high", None)
         validator = Range(SHORT_MIN if low is None else low, SHORT_MAX if high is None else high)
     refused = _REFUSED.get(config.name)
+    served = (config.area in _SERVED_AREAS and config.name not in _JAVA_ONLY
+              or config.name in _SECURITY_DOCS)
     return BrokerKey(
         config.name,
         _PARSED_AS[config.type] if config.type in _PARSED_AS else ConfigType(int(config.type)),
         config.default,
-        f"{reason}.",
+        _SECURITY_DOCS.get(config.name, "As in Kafka (docs/security.md).") if served
+        else f"{reason}.",
         validator,
-        group=f"{title} (accepted, no effect)",
+        group=title if served else f"{title} (accepted, no effect)",
         dynamic=config.dynamic,
-        no_effect=reason if refused is None else "",
+        no_effect=reason if refused is None and not served else "",
         sensitive=config.type is KafkaType.PASSWORD,
         wire_type=int(config.type) if config.type in _PARSED_AS else None,
         per_broker=config.update_mode is UpdateMode.PER_BROKER,
@@ -682,6 +743,17 @@ def broker_key(name: str) -> BrokerKey:
     """The setting a name (a Kafka name, or listener.name.<listener>.<config>) stands for.
     Raises InvalidConfigError, with a hint, for an unknown name."""
     return _check_name(name)
+
+
+def _is_listener_security(key: BrokerKey) -> bool:
+    """A TLS or SASL setting that has its effect (per listener, or its base)."""
+    base = key.name
+    if base.startswith(LISTENER_PREFIX):
+        base = base[len(LISTENER_PREFIX):].partition(".")[2]
+        base = next((c for c in LISTENER_MECHANISM_CONFIGS if base.endswith("." + c)), base)
+    kafka = KAFKA_39_BROKER_CONFIGS.get(base)
+    return (kafka is not None and kafka.area in _SERVED_AREAS and base not in _JAVA_ONLY) or (
+        base == "connections.max.reauth.ms")
 
 
 def _refuse(names: Iterable[str], message: str) -> None:
@@ -990,6 +1062,11 @@ class BrokerConfig:
                 "Passwords cannot be updated dynamically: Odradek does not encrypt its "
                 "metadata store (Kafka's password.encoder.secret), so it takes them from "
                 "server.properties only")
+        _refuse([n for n, k in keys.items()
+                 if _is_listener_security(k) and updates[n] is not None],
+                "TLS and SASL settings cannot be updated dynamically yet: Odradek builds "
+                "each listener's TLS context and SASL mechanisms when the broker starts, so "
+                "change them in server.properties and restart the broker")
         layer = dict(self.dynamic_defaults if cluster_default else self.dynamic)
         for name, value in updates.items():
             if value is None:
@@ -1061,6 +1138,31 @@ class BrokerConfig:
             )
         return entries
 
+    def listener_values(self, listener: str, names: Iterable[str],
+                        mechanism: str | None = None, *, listener_only: bool = False
+                        ) -> dict[str, str | None]:
+        """The values in force for one listener (and SASL mechanism), raw, by base name:
+        listener.name.<listener>.[<mechanism>.]<name> over the base setting, as Kafka's
+        channel builders read them (the listener and mechanism in lower case). With
+        `listener_only`, only the names the listener's own settings give."""
+        given = {k.lower(): v for k, v in
+                 {**self.properties, **self.dynamic_defaults, **self.dynamic}.items()
+                 if k.startswith(LISTENER_PREFIX)}
+        prefix = f"{LISTENER_PREFIX}{listener.lower()}."
+        out: dict[str, str | None] = {}
+        for name in names:
+            candidates = [prefix + name]
+            if mechanism is not None and name in LISTENER_MECHANISM_CONFIGS:
+                candidates.insert(0, f"{prefix}{mechanism.lower()}.{name}")
+            found = next((c for c in candidates if c in given), None)
+            if found is not None:
+                out[name] = given[found]
+            elif not listener_only:
+                key = BROKER_CONFIGS[name]
+                value = self._values[name]
+                out[name] = None if value is None else key.format(value)
+        return out
+
     def extra_settings(self) -> list[str]:
         """The listener.name.<listener>.<config> settings given, in any layer."""
         names = {**self.properties, **self.dynamic_defaults, **self.dynamic}
@@ -1121,14 +1223,11 @@ class BrokerConfig:
         protocols = _parse_protocol_map(values["listener.security.protocol.map"])
         listeners = _parse_listeners("listeners", values["listeners"], protocols)
         _check_ports(listeners, values["listeners"])
-        for listener in listeners:
-            if listener.security_protocol not in SERVED_PROTOCOLS:
-                raise _invalid("listeners", values["listeners"], f"{listener} uses "
-                               f"{listener.security_protocol}, and Odradek serves only "
-                               "PLAINTEXT listeners for now (TLS and SASL come later)")
         own = synonyms["advertised.listeners"][0].name == "advertised.listeners"
         advertised = _advertised(values["advertised.listeners"], own, listeners, protocols)
-        inter_broker = _inter_broker_listener(values["inter.broker.listener.name"], advertised)
+        inter_broker = _inter_broker_listener(
+            values["inter.broker.listener.name"],
+            static.get("security.inter.broker.protocol"), advertised)
 
         merged = {**static, **dynamic_defaults, **dynamic}
         log_config = _log_config(merged)
@@ -1234,8 +1333,17 @@ def _advertised(raw: str, own: bool, listeners: tuple[Listener, ...],
     return advertised
 
 
-def _inter_broker_listener(name: str | None, advertised: tuple[Listener, ...]) -> str:
+def _inter_broker_listener(name: str | None, protocol: str | None,
+                           advertised: tuple[Listener, ...]) -> str:
     names = [listener.name for listener in advertised]
+    if name is None and protocol is not None:
+        # As Kafka: security.inter.broker.protocol names the listener of that name.
+        protocol = protocol.strip().upper()
+        if protocol not in names:
+            raise _invalid("security.inter.broker.protocol", protocol, "must name an "
+                           "advertised listener (" + ", ".join(names) + "); or set "
+                           "inter.broker.listener.name instead")
+        return protocol
     if name is None:
         return "PLAINTEXT" if "PLAINTEXT" in names else names[0]
     if name.upper() not in names:

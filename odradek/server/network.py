@@ -25,16 +25,23 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, cast
 
 from odradek.protocol.api import API_VERSIONS
+from odradek.protocol.api_keys import ApiKey, ApiSpec
 from odradek.protocol.exceptions import ProtocolError
 from odradek.protocol.framing import FrameReader, Request, decode_request_header
 from odradek.protocol.message import Message
 from odradek.protocol.messages.request_header import RequestHeader
+from odradek.protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
+from odradek.protocol.messages.sasl_handshake_request import SaslHandshakeRequest
+from odradek.security.principal import ANONYMOUS, KafkaPrincipal
+from odradek.security.ssl_principal import NoMatchingRule, ssl_principal_name
 from odradek.server.allocator import release_free_memory
+from odradek.server.authenticator import Outcome, SaslServerAuthenticator, SaslState
+from odradek.server.channel_builder import ListenerSecurity
 from odradek.server.response import FileRegion, Part, encode_response_parts
 
 log = logging.getLogger(__name__)
@@ -84,6 +91,7 @@ class RequestContext:
     client_port: int
     listener_name: str
     header: RequestHeader
+    principal: KafkaPrincipal = ANONYMOUS
 
     @property
     def client_id(self) -> str:
@@ -231,19 +239,26 @@ class SocketServer:
                                   else request_receive_timeout_ms / 1000)
         self._servers: list[asyncio.Server] = []
         self.listeners: list[BoundListener] = []
+        self.security: dict[str, ListenerSecurity] = {}
         self.connections: set[KafkaConnection] = set()
         self._ids = itertools.count(1)
         self._sweeper: asyncio.Task[None] | None = None
         self._trim: asyncio.TimerHandle | None = None
         self._stopping = False
 
-    async def start(self, listeners: list[tuple[str, str, int]]) -> list[BoundListener]:
-        """Binds each (name, host, port); an empty host means every interface."""
+    async def start(self, listeners: list[tuple[str, str, int]],
+                    security: Mapping[str, ListenerSecurity] | None = None
+                    ) -> list[BoundListener]:
+        """Binds each (name, host, port); an empty host means every interface. `security`
+        gives the TLS and SASL of listeners that have them (by name)."""
         loop = asyncio.get_running_loop()
+        self.security.update(security or {})
         for name, host, port in listeners:
+            listener_security = self.security.get(name)
             server = await loop.create_server(
-                lambda name=name: KafkaConnection(self, name), host or None, port,
-                reuse_address=True, backlog=1024,
+                lambda name=name: KafkaConnection(self, name, self.security.get(name)),
+                host or None, port, reuse_address=True, backlog=1024,
+                ssl=listener_security.ssl_context if listener_security else None,
             )
             self._servers.append(server)
             bound_port = server.sockets[0].getsockname()[1]
@@ -315,11 +330,23 @@ _background: set[asyncio.Future[bool]] = set()  # tasks kept alive until they en
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, server: SocketServer, listener_name: str) -> None:
+    def __init__(self, server: SocketServer, listener_name: str,
+                 security: ListenerSecurity | None = None) -> None:
         self.server = server
         self.listener_name = listener_name
         self.id = server.next_connection_id()
         self.reader = FrameReader(server.max_frame_size)
+        self.security = security
+        self.tls = security is not None and security.ssl_context is not None
+        self.principal = ANONYMOUS
+        # SASL listeners: nothing but the handshake is served until the client is
+        # authenticated, and requests are no larger than sasl.server.max.receive.size.
+        self.authenticator: SaslServerAuthenticator | None = None
+        self._raw_sasl = False  # SaslHandshake v0: the next frames are bare tokens
+        if security is not None and security.sasl is not None:
+            self.authenticator = security.sasl.authenticator()
+            self.reader.max_frame_size = min(server.max_frame_size,
+                                             security.sasl.max_receive_size)
         self.frames: collections.deque[bytearray] = collections.deque()
         self.transport: asyncio.Transport | None = None
         self.peer = ("", 0)
@@ -352,6 +379,19 @@ class KafkaConnection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = (str(peer[0]), int(peer[1]))
+        security = self.security
+        if security is not None and security.principal_mapper is not None:
+            # SSL: asyncio calls this once the TLS handshake is done.
+            ssl_object = transport.get_extra_info("ssl_object")
+            der = ssl_object.getpeercert(binary_form=True) if ssl_object else None
+            try:
+                self.principal = KafkaPrincipal.user(
+                    ssl_principal_name(der, security.principal_mapper))
+            except NoMatchingRule as e:  # Kafka fails the authentication
+                log.info("closing connection from %s:%d on listener %s: %s", *self.peer,
+                         self.listener_name, e)
+                transport.abort()
+                return
         self.server.connections.add(self)
         self._task = asyncio.get_running_loop().create_task(self._serve())
         self._arm_idle_timer(self.server.idle_timeout_s)
@@ -541,11 +581,24 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _process(self, frame: bytearray) -> list[Part] | None:
         handler = self.server.handler
+        authenticator = self.authenticator
+        if self._raw_sasl:
+            assert authenticator is not None
+            return await self._sasl_outcome(authenticator.raw_token(bytes(frame)), None, 0, 0)
         try:
             header, api, pos = decode_request_header(frame)
         except ProtocolError as e:
             return self._refuse(f"unreadable request header: {e}")
         version = header.request_api_version
+        if authenticator is not None and not authenticator.complete:
+            if not authenticator.allows(api.api_key):
+                return self._refuse(authenticator.refusal(api.name))
+        elif authenticator is not None:
+            if authenticator.expired():
+                return self._refuse("the SASL session expired (connections.max.reauth.ms or "
+                                    "the token's lifetime) without re-authentication")
+            if api.api_key == ApiKey.SASL_HANDSHAKE and authenticator.may_reauthenticate():
+                log.debug("connection %d from %s:%d re-authenticates", self.id, *self.peer)
         if not handler.supports(api.api_key, version):
             if api.api_key == API_VERSIONS:
                 return encode_response_parts(
@@ -559,7 +612,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except ProtocolError as e:
             log.debug("malformed request frame: %s", bytes(frame[:512]).hex())
             return self._refuse(f"malformed {api.name} v{version} request: {e}")
-        context = RequestContext(self.id, self.peer[0], self.peer[1], self.listener_name, header)
+        if authenticator is not None and api.api_key in (
+                ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE) and not authenticator.complete:
+            if api.api_key == ApiKey.SASL_HANDSHAKE:
+                outcome = authenticator.handshake(version, cast(SaslHandshakeRequest, body))
+            else:
+                outcome = authenticator.authenticate(version,
+                                                     cast(SaslAuthenticateRequest, body))
+            return await self._sasl_outcome(outcome, api, version, header.correlation_id)
+        context = RequestContext(self.id, self.peer[0], self.peer[1], self.listener_name,
+                                 header, self.principal)
         try:
             response = await handler.handle(Request(header, api, body), context)
         except CloseConnection as e:
@@ -567,6 +629,35 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if response is None:
             return None
         return encode_response_parts(api, response, version, header.correlation_id)
+
+    async def _sasl_outcome(self, outcome: Outcome, api: ApiSpec | None, version: int,
+                            correlation_id: int) -> list[Part] | None:
+        """Sends a SASL request's answer; once authenticated, the connection serves every
+        request, at the full request size. A failure is answered after
+        connection.failed.authentication.delay.ms, and the connection closes."""
+        authenticator = self.authenticator
+        assert authenticator is not None
+        parts: list[Part] = []
+        if outcome.response is not None:
+            assert api is not None
+            parts = encode_response_parts(api, outcome.response, version, correlation_id)
+        elif outcome.raw is not None:
+            parts = [struct.pack(">i", len(outcome.raw)) + outcome.raw]
+        if outcome.close:
+            log.info("closing connection %d from %s:%d on listener %s: %s", self.id,
+                     *self.peer, self.listener_name, outcome.error or "SASL failed")
+            assert self.security is not None and self.security.sasl is not None
+            await asyncio.sleep(self.security.sasl.failed_authentication_delay_ms / 1000)
+            if parts:
+                await self._write(parts)
+            self._stopping = True
+            self.close()
+            return None
+        self._raw_sasl = authenticator.state is SaslState.RAW_TOKENS
+        if authenticator.complete:
+            self.principal = authenticator.principal or ANONYMOUS
+            self.reader.max_frame_size = self.server.max_frame_size
+        return parts
 
     def _refuse(self, why: str) -> list[Part] | None:
         # Kafka cannot answer a request it cannot parse: it closes the connection.
@@ -584,6 +675,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return  # the client hung up mid-response: nothing more to send
             if isinstance(part, bytes):
                 transport.write(part)
+            elif self.tls:  # the bytes must go through TLS: no sendfile
+                transport.write(os.pread(part.fileno(), part.length, part.position))
             else:
                 await _send_region(transport, part)
         if not self._can_write.is_set():

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-_LISTENING = re.compile(r"listening on PLAINTEXT://[^:]*:(\d+)")
+_LISTENING = re.compile(r"listening on (\w+)://\S*:(\d+)")
 _STARTED = re.compile(r"broker \d+ started")
 
 
@@ -31,11 +31,16 @@ class BrokerProcess:
         self.prefix = prefix  # e.g. ("ip", "netns", "exec", name): run it elsewhere
         self.process: subprocess.Popen[str] | None = None
         self.log_lines: list[str] = []
+        self.ports: dict[str, int] = {}  # each listener's bound port, by name
         self._started = threading.Event()
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def address(self, listener: str) -> str:
+        """host:port of a listener by name (e.g. SASL_SSL)."""
+        return f"{self.host}:{self.ports[listener]}"
 
     def argv(self) -> list[str]:
         settings = {"listeners": f"PLAINTEXT://{self.host}:{self.port}",
@@ -65,7 +70,9 @@ class BrokerProcess:
         for line in process.stderr:
             self.log_lines.append(line)
             if (m := _LISTENING.search(line)) is not None:
-                self.port = int(m.group(1))
+                self.ports[m.group(1)] = int(m.group(2))
+                if m.group(1) == "PLAINTEXT":
+                    self.port = int(m.group(2))
             if _STARTED.search(line):
                 self._started.set()
 

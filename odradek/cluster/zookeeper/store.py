@@ -492,6 +492,44 @@ class ZooKeeperMetadataStore:
             self._notify_config_change(tx, f"{z.CONFIG_BROKERS}/{entity}")
         self._commit(tx)
 
+    def user_configs(self) -> dict[str, dict[str, str]]:
+        """/config/users/<user>: each user's configs (SCRAM credentials by mechanism, in
+        Kafka's format, and quotas), by user name."""
+        def read() -> dict[str, dict[str, str]]:
+            entities = self._wait(self.client.get_children_async(
+                f"{z.CONFIG}/{z.CONFIG_USERS}"))
+            pending = {e: self.client.get_async(f"{z.CONFIG}/{z.CONFIG_USERS}/{e}")
+                       for e in entities}
+            configs = {}
+            for entity, result in pending.items():
+                with suppress(NoNodeError):
+                    configs[z.desanitize(entity)] = z.decode_config(self._wait(result)[0])
+            return configs
+
+        return self._read(read)
+
+    def alter_user_configs(self, changes: Mapping[str, Mapping[str, str | None]]) -> None:
+        """Sets (or, for None, removes) configs of users, each user's znode rewritten with
+        a change notification ("users/<user>"), all in one transaction conditional on the
+        versions read: a concurrent change by another broker makes it fail, and the caller
+        tries again."""
+        tx = _Transaction(self.client)
+        for user, updates in sorted(changes.items()):
+            path = z.user_config_path(user)
+            try:
+                data, stat = self._wait(self.client.get_async(path))
+                current, version = z.decode_config(data), stat.version
+            except NoNodeError:
+                current, version = {}, None
+            new = {k: v for k, v in current.items() if k not in updates}
+            new.update({k: v for k, v in updates.items() if v is not None})
+            if version is None:
+                tx.create(path, z.encode_config(new))
+            else:
+                tx.set(path, z.encode_config(new), version)
+            self._notify_config_change(tx, f"{z.CONFIG_USERS}/{z.sanitize(user)}")
+        self._commit(tx)
+
     def allocate_producer_ids(self, count: int) -> int:
         """Reserves the next block of `count` producer ids for this broker, as Kafka's
         ProducerIdManager does: read /latest_producer_id_block, write the block after it

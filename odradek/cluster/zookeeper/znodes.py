@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import urllib.parse
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -92,6 +93,23 @@ def topic_config_path(topic: str) -> str:
 def broker_config_path(entity: str) -> str:
     """`entity` is a broker id or <default>."""
     return config_path(CONFIG_BROKERS, entity)
+
+
+CONFIG_USERS = "users"
+
+
+def sanitize(name: str) -> str:
+    """A user or client id as a znode name: Kafka's Sanitizer (URL encoding, with "*" as
+    %2A and a space as %20)."""
+    return urllib.parse.quote(name, safe="._-").replace("~", "%7E")
+
+
+def desanitize(name: str) -> str:
+    return urllib.parse.unquote(name)
+
+
+def user_config_path(user: str) -> str:
+    return config_path(CONFIG_USERS, sanitize(user))
 
 
 def delete_topic_path(topic: str) -> str:
