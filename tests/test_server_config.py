@@ -883,9 +883,6 @@ def test_ignored_settings_warnings() -> None:
 @pytest.mark.parametrize(
     ("name", "value", "says"),
     [
-        ("authorizer.class.name", "kafka.security.authorizer.AclAuthorizer", "no authorizer"),
-        ("authorizer.class.name", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-         "ACLs"),
         ("zookeeper.set.acl", "true", "no ACLs on the znodes"),
         ("zookeeper.ssl.client.enable", "true", "without TLS"),
         ("create.topic.policy.class.name", "com.example.Policy", "unchecked"),
@@ -900,6 +897,18 @@ def test_settings_that_would_mislead_are_refused(name: str, value: str, says: st
     assert error.key == name
     assert str(error).startswith(f"{name}={value} is refused: ")
     assert says in str(error)
+
+
+def test_the_authorizer_is_kafkas_acl_authorizer() -> None:
+    for name in ("kafka.security.authorizer.AclAuthorizer",
+                 "org.apache.kafka.metadata.authorizer.StandardAuthorizer"):
+        config = BrokerConfig.from_properties({"authorizer.class.name": name,
+                                               "super.users": "User:admin;User:ops"})
+        assert config.get("authorizer.class.name") == name
+        assert config.get("allow.everyone.if.no.acl.found") is False
+    error = bad({"authorizer.class.name": "com.example.MyAuthorizer"})
+    assert error.key == "authorizer.class.name"
+    assert "kafka.security.authorizer.AclAuthorizer" in str(error)
 
 
 def test_inter_broker_listener_is_named_once() -> None:

@@ -5,6 +5,14 @@ Topic changes go through the Controller (which keeps the metadata store and tell
 ReplicaManager what to lead); topic configs are validated against Kafka's topic config
 table (odradek/storage/config.py) before anything is stored. The config APIs live in the
 ConfigManager (odradek/broker/config_manager.py), whose handlers this one hands on.
+
+Each handler asks the authorizer (`auth`, Kafka's AuthHelper) what Kafka 3.9's KafkaApis
+asks, in the same order, and answers a refusal with Kafka's error codes: CREATE on the
+cluster or the topic (CreateTopics), DESCRIBE_CONFIGS for what CreateTopics tells of a new
+topic, DELETE and DESCRIBE (DeleteTopics), ALTER (CreatePartitions), DELETE
+(DeleteRecords) on the topic; DESCRIBE (DescribeLogDirs, ListPartitionReassignments) and
+ALTER (ElectLeaders, AlterPartitionReassignments) on the cluster. What a refused request
+asks for is not done, and nothing is told of topics it may not see.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, cast
 
+from odradek.broker.auth_helper import ALLOW_ALL, AclOperation, AuthHelper, ResourceType
 from odradek.broker.config_manager import ConfigManager
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.cluster.controller import Controller, InvalidRequestError
@@ -50,11 +59,9 @@ from odradek.server.network import RequestContext
 log = logging.getLogger(__name__)
 
 INVALID_OFFSET_LAG = -1  # DescribeLogDirs: a log no partition of this broker serves
+INVALID_LOW_WATERMARK = -1  # DeleteRecords: a partition whose records were not deleted
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"  # KRaft's log: never a topic CreateTopics makes
 PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1  # ElectLeaders' election types (KIP-460)
-
-
-class TopicDeletionDisabledError(KafkaError):
-    error_code = ErrorCode.TOPIC_DELETION_DISABLED
 
 
 class AdminManager:
@@ -65,6 +72,17 @@ class AdminManager:
         self.controller = controller
         self.replica_manager = replica_manager
         self.kafka_controller = kafka_controller  # in a ZooKeeper cluster
+        self.auth = ALLOW_ALL  # the broker sets its own once built (the ConfigManager's too)
+
+    @property
+    def auth(self) -> AuthHelper:
+        """The authorizer's questions (Kafka's AuthHelper), shared with the ConfigManager:
+        setting it sets both."""
+        return self.configs.auth
+
+    @auth.setter
+    def auth(self, auth: AuthHelper) -> None:
+        self.configs.auth = auth
 
     @property
     def config(self) -> BrokerConfig:
@@ -87,27 +105,50 @@ class AdminManager:
     # ---- CreateTopics / DeleteTopics --------------------------------------------------
 
     async def handle_create_topics(self, request: Request, context: RequestContext) -> Message:
+        """As Kafka's KafkaApis: CREATE on the cluster, or else on each topic
+        (TOPIC_AUTHORIZATION_FAILED); a topic named twice is INVALID_REQUEST for each time.
+        Without DESCRIBE_CONFIGS on a topic its configs, partitions, replication factor and
+        id are not told (v5+: TOPIC_AUTHORIZATION_FAILED in topic_config_error_code)."""
         body = cast(create_topics_request.CreateTopicsRequest, request.body)
         version = request.api_version
         names = Counter(t.name for t in body.topics)  # list.count per topic: O(n^2)
+        auth = self.auth
+        wanted = set(names) - {CLUSTER_METADATA_TOPIC}
+        if auth.authorize(context, AclOperation.CREATE, ResourceType.CLUSTER,
+                          log_if_denied=False):
+            creatable = wanted
+        else:
+            creatable = auth.filter_authorized(context, AclOperation.CREATE,
+                                               ResourceType.TOPIC, wanted)
+        describable = auth.filter_authorized(context, AclOperation.DESCRIBE_CONFIGS,
+                                             ResourceType.TOPIC, wanted, log_if_denied=False)
         results = []
         for t in body.topics:
             result = create_topics_response.CreatableTopicResult(name=t.name)
-            try:
-                if names[t.name] > 1:
-                    raise InvalidRequestError(f"topic {t.name!r} is named twice in the request")
-                await self._create_topic(t, body.validate_only, result, version)
-            except KafkaError as e:
-                result.error_code = int(e.error_code)
-                result.error_message = str(e)
-                result.num_partitions = result.replication_factor = -1
-                result.configs = None if version >= 5 else []
             results.append(result)
+            if t.name in wanted and t.name not in describable:
+                result.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            if t.name == CLUSTER_METADATA_TOPIC:
+                _create_failed(result, version, ErrorCode.INVALID_REQUEST,
+                               f"Creation of internal topic {t.name} is prohibited.")
+            elif names[t.name] > 1:
+                _create_failed(result, version, ErrorCode.INVALID_REQUEST,
+                               f"topic {t.name!r} is named twice in the request")
+            elif t.name not in creatable:
+                _create_failed(result, version, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                               "Authorization failed.")
+            else:
+                try:
+                    await self._create_topic(t, body.validate_only, result, version,
+                                             include_configs=t.name in describable)
+                except KafkaError as e:
+                    _create_failed(result, version, int(e.error_code), str(e))
+                    result.topic_config_error_code = ErrorCode.NONE
         return create_topics_response.CreateTopicsResponse(topics=results)
 
     async def _create_topic(self, t: Any, validate_only: bool,
                             result: create_topics_response.CreatableTopicResult,
-                            version: int) -> None:
+                            version: int, *, include_configs: bool) -> None:
         partitions = t.num_partitions
         replication_factor = t.replication_factor
         assignments = None
@@ -131,11 +172,14 @@ class AdminManager:
         controller = self.controller
         if validate_only:
             controller.check_new_topic(t.name, partitions, replication_factor, assignments)
-            result.topic_id = ZERO_UUID
+            topic_id = ZERO_UUID
         else:
             topic = await controller.create_topic(t.name, partitions, replication_factor,
                                                   configs, assignments)
-            result.topic_id = topic.topic_id
+            topic_id = topic.topic_id
+        if not include_configs:  # no DESCRIBE_CONFIGS: Kafka tells nothing of the topic
+            return
+        result.topic_id = topic_id
         if assignments:
             partitions = len(assignments)
             replication_factor = len(next(iter(assignments.values())))
@@ -150,25 +194,52 @@ class AdminManager:
             ]
 
     async def handle_delete_topics(self, request: Request, context: RequestContext) -> Message:
+        """As Kafka's KafkaApis: with delete.topic.enable=false nothing is looked at; a
+        topic needs DELETE (else TOPIC_AUTHORIZATION_FAILED, before its existence is
+        checked); one named by its id (v6) needs DESCRIBE too, or its name is not told."""
         body = cast(delete_topics_request.DeleteTopicsRequest, request.body)
         version = request.api_version
+        response = delete_topics_response
         wanted = ([(t.name, t.topic_id) for t in body.topics] if version >= 6
                   else [(n, ZERO_UUID) for n in body.topic_names])
+        refusal = None
+        if not self.config.delete_topic_enable:
+            refusal = (ErrorCode.INVALID_REQUEST if version < 3
+                       else ErrorCode.TOPIC_DELETION_DISABLED,
+                       "topic deletion is disabled (delete.topic.enable=false)")
+        elif any(name is not None and topic_id != ZERO_UUID for name, topic_id in wanted):
+            refusal = (ErrorCode.INVALID_REQUEST,
+                       "Topic name and topic ID can not both be specified.")
+        if refusal is not None:
+            return response.DeleteTopicsResponse(responses=[
+                response.DeletableTopicResult(name=name, topic_id=topic_id,
+                                              error_code=refusal[0], error_message=refusal[1])
+                for name, topic_id in wanted])
         results = []
         for name, topic_id in wanted:
-            result = delete_topics_response.DeletableTopicResult(name=name, topic_id=topic_id)
+            if topic_id != ZERO_UUID:
+                topic = self.controller.topics_by_id.get(topic_id)
+                name = None if topic is None else topic.name
+            results.append(response.DeletableTopicResult(name=name, topic_id=topic_id))
+        named = [r.name for r in results if r.name is not None]
+        describable = self.auth.filter_authorized(context, AclOperation.DESCRIBE,
+                                                  ResourceType.TOPIC, named)
+        deletable = self.auth.filter_authorized(context, AclOperation.DELETE,
+                                                ResourceType.TOPIC, named)
+        for result in results:
+            name, by_id = result.name, result.topic_id != ZERO_UUID
+            if by_id and name is None:
+                result.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+                result.error_message = f"no topic has the id {result.topic_id}"
+                continue
+            if by_id and name not in describable:
+                result.name = None  # not told to who may not see it; the id is no secret
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
+            if name is None or name not in deletable:
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             try:
-                if name is None:
-                    topic = self.controller.topics_by_id.get(topic_id)
-                    if topic is None:
-                        result.error_code = ErrorCode.UNKNOWN_TOPIC_ID
-                        result.error_message = f"no topic has the id {topic_id}"
-                        results.append(result)
-                        continue
-                    name = result.name = topic.name
-                if not self.config.delete_topic_enable:
-                    raise TopicDeletionDisabledError("topic deletion is disabled "
-                                                     "(delete.topic.enable=false)")
                 if is_internal(name):
                     raise InvalidTopicError(f"the internal topic {name} cannot be deleted")
                 deleted = await self.controller.delete_topic(name)
@@ -177,8 +248,7 @@ class AdminManager:
             except KafkaError as e:
                 result.error_code = int(e.error_code)
                 result.error_message = str(e)
-            results.append(result)
-        return delete_topics_response.DeleteTopicsResponse(responses=results)
+        return response.DeleteTopicsResponse(responses=results)
 
     # ---- CreatePartitions -------------------------------------------------------------
 
@@ -187,12 +257,20 @@ class AdminManager:
         body = cast(create_partitions_request.CreatePartitionsRequest, request.body)
         names = Counter(t.name for t in body.topics)
         duplicates = [n for n, count in names.items() if count > 1]
+        alterable = self.auth.filter_authorized(
+            context, AclOperation.ALTER, ResourceType.TOPIC,
+            (t.name for t in body.topics if t.name not in duplicates))
         results = []
         for t in body.topics:
             if t.name in duplicates:
                 continue
             result = create_partitions_response.CreatePartitionsTopicResult(
                 name=t.name, error_message=None)
+            if t.name not in alterable:
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                result.error_message = "The topic authorization is failed."
+                results.append(result)
+                continue
             assignments = (None if t.assignments is None
                            else [list(a.broker_ids) for a in t.assignments])
             try:
@@ -212,14 +290,18 @@ class AdminManager:
 
     def handle_delete_records(self, request: Request, context: RequestContext) -> Message:
         body = cast(delete_records_request.DeleteRecordsRequest, request.body)
+        deletable = self.auth.filter_authorized(context, AclOperation.DELETE,
+                                                ResourceType.TOPIC, (t.name for t in body.topics))
         offsets = {(t.name, p.partition_index): p.offset
-                   for t in body.topics for p in t.partitions}
+                   for t in body.topics if t.name in deletable for p in t.partitions}
         deleted = self.replica_manager.delete_records(offsets)
+        refused = (ErrorCode.TOPIC_AUTHORIZATION_FAILED, INVALID_LOW_WATERMARK, None)
         topics = []
         for t in body.topics:
             partitions = []
             for p in t.partitions:
-                code, low_watermark, message = deleted[(t.name, p.partition_index)]
+                code, low_watermark, message = deleted.get((t.name, p.partition_index),
+                                                           refused)
                 if code:
                     log.info("cannot delete records of %s-%d: %s", t.name, p.partition_index,
                              message or ErrorCode(code).name)
@@ -236,6 +318,10 @@ class AdminManager:
         """Per log dir, the size and lag of each requested partition's log (all of them for
         null topics); a requested partition with no log here is left out, as in Kafka."""
         body = cast(describe_log_dirs_request.DescribeLogDirsRequest, request.body)
+        if not self.auth.authorize_cluster(context, AclOperation.DESCRIBE):
+            # No log dirs; v3+ says why (before v3 there is no field to say it in).
+            return describe_log_dirs_response.DescribeLogDirsResponse(
+                error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
         log_manager = self.replica_manager.log_manager
         wanted = (None if body.topics is None else
                   {(t.topic, p) for t in body.topics for p in t.partitions})
@@ -291,6 +377,10 @@ class AdminManager:
         wanted = (None if body.topic_partitions is None
                   else [(t.topic, p) for t in body.topic_partitions for p in t.partitions])
         results: dict[tuple[str, int], tuple[int, str | None]]
+        if not self.auth.authorize_cluster(context, AclOperation.ALTER):
+            refused = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            results = {tp: (refused, None) for tp in wanted or []}
+            return _election_response(results, refused if version >= 1 else ErrorCode.NONE)
         if election_type not in (PREFERRED_ELECTION, UNCLEAN_ELECTION):
             results = {tp: (ErrorCode.INVALID_REQUEST, f"unknown election type {election_type}")
                        for tp in wanted or []}
@@ -311,13 +401,7 @@ class AdminManager:
                          if t in topics and p in topics[t].partitions
                          else (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None))
                 for t, p in wanted}
-        by_topic: dict[str, list[elect_leaders_response.PartitionResult]] = {}
-        for (topic, partition), (error, message) in sorted(results.items()):
-            by_topic.setdefault(topic, []).append(response.PartitionResult(
-                partition_id=partition, error_code=error, error_message=message))
-        return response.ElectLeadersResponse(replica_election_results=[
-            response.ReplicaElectionResult(topic=t, partition_result=ps)
-            for t, ps in by_topic.items()])
+        return _election_response(results)
 
     # ---- AlterPartitionReassignments, ListPartitionReassignments (KIP-455) ------------
 
@@ -326,6 +410,18 @@ class AdminManager:
         body = cast(alter_partition_reassignments_request.AlterPartitionReassignmentsRequest,
                     request.body)
         response = alter_partition_reassignments_response
+        if not self.auth.authorize_cluster(context, AclOperation.ALTER):
+            # Kafka's ClusterAuthorizationException, answered for the request and each of
+            # its partitions (AlterPartitionReassignmentsRequest.getErrorResponse).
+            code, message = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, _not_authorized(request)
+            return response.AlterPartitionReassignmentsResponse(
+                error_code=code, error_message=message, responses=[
+                    response.ReassignableTopicResponse(name=t.name, partitions=[
+                        response.ReassignablePartitionResponse(
+                            partition_index=p.partition_index, error_code=code,
+                            error_message=message)
+                        for p in t.partitions])
+                    for t in body.topics])
         targets = {(t.name, p.partition_index): p.replicas
                    for t in body.topics for p in t.partitions}
         results: dict[tuple[str, int], tuple[int, str | None]]
@@ -363,6 +459,16 @@ class AdminManager:
         body = cast(list_partition_reassignments_request.ListPartitionReassignmentsRequest,
                     request.body)
         response = list_partition_reassignments_response
+        if not self.auth.authorize_cluster(context, AclOperation.DESCRIBE):
+            # As ListPartitionReassignmentsRequest.getErrorResponse: the partitions asked
+            # for, each with nothing in it.
+            return response.ListPartitionReassignmentsResponse(
+                error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                error_message=_not_authorized(request), topics=[
+                    response.OngoingTopicReassignment(name=t.name, partitions=[
+                        response.OngoingPartitionReassignment(partition_index=p)
+                        for p in t.partition_indexes])
+                    for t in body.topics or []])
         wanted = (None if body.topics is None
                   else [(t.name, p) for t in body.topics for p in t.partition_indexes])
         ongoing = {}
@@ -381,3 +487,31 @@ class AdminManager:
         return response.ListPartitionReassignmentsResponse(topics=[
             response.OngoingTopicReassignment(name=t, partitions=ps)
             for t, ps in by_topic.items()])
+
+
+def _create_failed(result: create_topics_response.CreatableTopicResult, version: int,
+                   code: int, message: str) -> None:
+    result.error_code = code
+    result.error_message = message
+    result.num_partitions = result.replication_factor = -1
+    result.configs = None if version >= 5 else []
+
+
+def _election_response(results: dict[tuple[str, int], tuple[int, str | None]],
+                       error_code: int = ErrorCode.NONE
+                       ) -> elect_leaders_response.ElectLeadersResponse:
+    """ElectLeaders' answer: the partitions' results by topic (error_code: v1+ only)."""
+    response = elect_leaders_response
+    by_topic: dict[str, list[elect_leaders_response.PartitionResult]] = {}
+    for (topic, partition), (error, message) in sorted(results.items()):
+        by_topic.setdefault(topic, []).append(response.PartitionResult(
+            partition_id=partition, error_code=error, error_message=message))
+    return response.ElectLeadersResponse(error_code=error_code, replica_election_results=[
+        response.ReplicaElectionResult(topic=t, partition_result=ps)
+        for t, ps in by_topic.items()])
+
+
+def _not_authorized(request: Request) -> str:
+    """The message of Kafka's ClusterAuthorizationException from authorizeClusterOperation
+    (Kafka prints its whole internal request object where this names the API)."""
+    return f"Request {request.api.name} v{request.api_version} is not authorized."

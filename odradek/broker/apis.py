@@ -15,7 +15,15 @@ import logging
 from collections.abc import Callable
 from typing import Any, cast
 
+from odradek.broker.acl_apis import AclApis, cluster_authorize
 from odradek.broker.admin import AdminManager
+from odradek.broker.auth_helper import (
+    ALLOW_ALL,
+    CLUSTER_NAME,
+    AclOperation,
+    AuthHelper,
+    ResourceType,
+)
 from odradek.broker.describe_producers import describe_producers_handler
 from odradek.broker.fetch_session import FetchSessionCache
 from odradek.broker.inter_broker_apis import InterBrokerApis
@@ -66,6 +74,7 @@ from odradek.protocol.messages.produce_request import ProduceRequest
 from odradek.protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
 from odradek.protocol.primitives import ZERO_UUID
 from odradek.protocol.records import RecordBatchHeader
+from odradek.security.acl_store import AclStore
 from odradek.server.config import BrokerConfig
 from odradek.server.network import CloseConnection, RequestContext
 from odradek.server.response import FileRecords
@@ -75,10 +84,6 @@ log = logging.getLogger(__name__)
 
 EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405: earliest offset still on local disk
 LATEST_TIERED_TIMESTAMP = -5  # KIP-1005: no tiered storage here, so no such offset
-# Metadata's authorized-operations bitfields (KIP-430) when there is no authorizer:
-# everything is allowed. Bits are Kafka's AclOperation codes.
-_TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
-_CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 _NOT_REQUESTED = -(2**31)
 
 
@@ -134,6 +139,19 @@ def _metadata_invalid_request(
         for t in requested], controller_id=-1, cluster_id=None)
 
 
+def _has_transactional_records(body: ProduceRequest) -> bool:
+    """Whether any batch of the request is transactional (Kafka's
+    RequestUtils.hasTransactionalRecords: the first batch of each partition's records)."""
+    for topic_data in body.topic_data:
+        for p in topic_data.partition_data:
+            try:
+                if p.records and RecordBatchHeader.parse(p.records).is_transactional:
+                    return True
+            except KafkaError:
+                continue  # not a v2 batch (legacy, or corrupt): the append answers for it
+    return False
+
+
 def _producer_txn_state(partition: Any, producer_id: int) -> tuple[int, ...] | None:
     """What a partition's producer state says of a producer: (epoch, first offset of its
     open transaction or -1, coordinator epoch, last timestamp), None if it has none."""
@@ -151,8 +169,10 @@ class KafkaApis:
                  group_coordinator: GroupCoordinator, metadata_cache: MetadataCache,
                  inter_broker: InterBrokerApis | None = None,
                  txn_verifier: TransactionVerifier | None = None,
-                 scram: ScramApis | None = None) -> None:
+                 scram: ScramApis | None = None, auth: AuthHelper = ALLOW_ALL,
+                 acl_store: AclStore | None = None) -> None:
         self.config = config
+        self.auth = auth  # every handler asks it (Kafka's AuthHelper)
         self.txn_verifier = txn_verifier  # KIP-890: None verifies nothing
         self.metadata_cache = metadata_cache
         self.replica_manager = replica_manager
@@ -172,17 +192,26 @@ class KafkaApis:
             ApiKey.SASL_AUTHENTICATE: self.handle_sasl_authenticate,
             ApiKey.WRITE_TXN_MARKERS: self.handle_write_txn_markers,
             ApiKey.DESCRIBE_PRODUCERS: describe_producers_handler(replica_manager,
-                                                                  metadata_cache),
+                                                                  metadata_cache, auth=auth),
         }
+        admin.auth = auth
         handlers.update(admin.handlers())
         if scram is not None:
+            scram.auth = auth
             handlers.update(scram.handlers())
+        # CreateAcls, DescribeAcls, DeleteAcls: SECURITY_DISABLED without an authorizer.
+        authorizer = auth.authorizer
+        handlers.update(AclApis(authorizer, acl_store if authorizer is not None else None,
+                                authorize=None if authorizer is None
+                                else cluster_authorize(authorizer)).handlers())
         self.group_apis = GroupApis(config, group_coordinator, controller, self._endpoint)
+        self.group_apis.auth = auth
         handlers.update(self.group_apis.handlers())
         # InitProducerId (idempotent and transactional producers) and the transaction APIs;
         # FindCoordinator for a transactional id is theirs too.
         transaction_apis = TransactionApis(config, transaction_coordinator, controller,
                                            self._endpoint)
+        transaction_apis.auth = auth
         handlers.update(transaction_apis.handlers())
         self.group_apis.find_transaction_coordinator = transaction_apis.find_coordinator
         if inter_broker is not None:  # a cluster on ZooKeeper
@@ -205,13 +234,15 @@ class KafkaApis:
             error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=self._api_versions.api_keys)
 
     async def handle(self, request: Request, context: RequestContext) -> Message | None:
-        if (request.api.api_key in INTER_BROKER_APIS
-                and context.listener_name != self.config.inter_broker_listener_name):
-            log.warning("refused %s from %s:%d on listener %s: inter-broker requests are "
-                        "served on the inter-broker listener %s only", request.api.name,
-                        context.client_host, context.client_port, context.listener_name,
-                        self.config.inter_broker_listener_name)
-            return inter_broker_refused(request)
+        if request.api.api_key in INTER_BROKER_APIS:
+            if context.listener_name != self.config.inter_broker_listener_name:
+                log.warning("refused %s from %s:%d on listener %s: inter-broker requests "
+                            "are served on the inter-broker listener %s only",
+                            request.api.name, context.client_host, context.client_port,
+                            context.listener_name, self.config.inter_broker_listener_name)
+                return inter_broker_refused(request)
+            if not self.auth.authorize_cluster(context, AclOperation.CLUSTER_ACTION):
+                return inter_broker_refused(request)
         result = self._handlers[request.api.api_key](request, context)
         if inspect.isawaitable(result):
             result = await result
@@ -247,18 +278,43 @@ class KafkaApis:
         if version < 12 and requested and any(
                 t.name is None or t.topic_id != ZERO_UUID for t in requested):
             return _metadata_invalid_request(requested)
+        auth = self.auth
         if requested is None or (version == 0 and not requested):
             topics = []
             slices = Slices()  # thousands of topics: a slice of them at a time
-            for name in list(cache.topics):
+            names = list(cache.topics)
+            if auth.enabled:  # topics it may not describe are left out, unmentioned
+                allowed = auth.filter_authorized(context, AclOperation.DESCRIBE,
+                                                 ResourceType.TOPIC, names, log_if_denied=False)
+                names = [n for n in names if n in allowed]
+            for name in names:
                 if name in cache.topics:  # not deleted while this one waited
                     topics.append(self._topic_metadata(name, listener, version))
                 await slices.pause()
         else:
             allow_create = (body.allow_auto_topic_creation if version >= 4 else True) and (
                 self.config.auto_create_topics_enable)
+            names_asked = [self._requested_name(t) for t in requested]
+            may_describe = auth.filter_authorized(
+                context, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                [n for n in names_asked if n is not None])
+            may_create_all = allow_create and auth.authorize_cluster(context,
+                                                                     AclOperation.CREATE)
             topics = []
-            for wanted in requested:
+            for wanted, name in zip(requested, names_asked, strict=True):
+                if name is not None and name not in may_describe:
+                    # Whether it exists is not disclosed.
+                    topics.append(metadata_response.MetadataResponseTopic(
+                        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=wanted.name,
+                        topic_id=wanted.topic_id if wanted.name is None else ZERO_UUID))
+                    continue
+                if (allow_create and not may_create_all and wanted.name is not None
+                        and wanted.name not in cache.topics and not auth.authorize(
+                            context, AclOperation.CREATE, ResourceType.TOPIC, wanted.name)):
+                    topics.append(metadata_response.MetadataResponseTopic(
+                        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=wanted.name,
+                        is_internal=is_internal(wanted.name)))
+                    continue
                 if wanted.name is None:
                     topic = cache.topics_by_id.get(wanted.topic_id)
                     topics.append(self._topic_metadata(topic.name, listener, version)
@@ -276,8 +332,9 @@ class KafkaApis:
                 topics.append(self._topic_metadata(wanted.name, listener, version, missing))
         if body.include_topic_authorized_operations:
             for t in topics:
-                if t.error_code == ErrorCode.NONE:
-                    t.topic_authorized_operations = _TOPIC_OPERATIONS
+                if t.error_code == ErrorCode.NONE and t.name is not None:
+                    t.topic_authorized_operations = auth.authorized_operations(
+                        context, ResourceType.TOPIC, t.name)
         return metadata_response.MetadataResponse(
             brokers=[metadata_response.MetadataResponseBroker(
                 node_id=broker.id, host=host, port=port, rack=broker.rack)
@@ -285,10 +342,19 @@ class KafkaApis:
             cluster_id=cache.cluster_id,
             controller_id=-1 if cache.controller_id is None else cache.controller_id,
             topics=topics,
-            cluster_authorized_operations=(_CLUSTER_OPERATIONS if version < 11 and
-                                           body.include_cluster_authorized_operations
-                                           else _NOT_REQUESTED),
+            cluster_authorized_operations=(
+                auth.authorized_operations(context, ResourceType.CLUSTER, CLUSTER_NAME)
+                if version < 11 and body.include_cluster_authorized_operations
+                else _NOT_REQUESTED),
         )
+
+    def _requested_name(self, wanted: MetadataRequestTopic) -> str | None:
+        """The name of a topic a Metadata request asks for, by name or by id; None for
+        an unknown id (answered UNKNOWN_TOPIC_ID whoever asks)."""
+        if wanted.name is not None:
+            return wanted.name
+        topic = self.metadata_cache.topics_by_id.get(wanted.topic_id)
+        return topic.name if topic is not None else None
 
     def _topic_metadata(self, name: str, listener: str, version: int,
                         missing: int = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -345,9 +411,10 @@ class KafkaApis:
             brokers=[describe_cluster_response.DescribeClusterBroker(
                 broker_id=broker.id, host=host, port=port, rack=broker.rack)
                 for broker, host, port in cache.alive_brokers(context.listener_name)],
-            cluster_authorized_operations=(_CLUSTER_OPERATIONS
-                                           if body.include_cluster_authorized_operations
-                                           else _NOT_REQUESTED),
+            cluster_authorized_operations=(
+                (self.auth.authorized_operations(context, ResourceType.CLUSTER, CLUSTER_NAME)
+                 if self.auth.authorize_cluster(context, AclOperation.DESCRIBE) else 0)
+                if body.include_cluster_authorized_operations else _NOT_REQUESTED),
         )
 
     # ---- Produce ----------------------------------------------------------------------
@@ -357,11 +424,14 @@ class KafkaApis:
         acks = body.acks
         entries: dict[tuple[str, int], Any] = {}
         errors: dict[tuple[str, int], tuple[int, str | None]] = {}
+        denied = self._produce_denied(body, context)
         for topic_data in body.topic_data:
             name = topic_data.name
             for p in topic_data.partition_data:
                 tp = (name, p.index)
-                if acks not in (-1, 0, 1):
+                if denied and name in denied:
+                    errors[tp] = (denied[name], None)
+                elif acks not in (-1, 0, 1):
                     errors[tp] = (ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not 0, 1 or -1")
                 elif is_internal(name):
                     errors[tp] = (ErrorCode.INVALID_TOPIC_EXCEPTION,
@@ -405,6 +475,22 @@ class KafkaApis:
             produce_response.TopicProduceResponse(name=n, partition_responses=ps)
             for n, ps in responses.items()
         ])
+
+    def _produce_denied(self, body: ProduceRequest, context: RequestContext
+                        ) -> dict[str, int] | None:
+        """The topics this produce may not write, with their error: WRITE on each topic,
+        and on the transactional id when a batch is transactional (Kafka's handler)."""
+        auth = self.auth
+        if not auth.enabled:
+            return None
+        names = [t.name for t in body.topic_data]
+        if _has_transactional_records(body) and not (
+                body.transactional_id and auth.authorize(
+                    context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                    body.transactional_id)):
+            return dict.fromkeys(names, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        allowed = auth.filter_authorized(context, AclOperation.WRITE, ResourceType.TOPIC, names)
+        return {n: ErrorCode.TOPIC_AUTHORIZATION_FAILED for n in names if n not in allowed}
 
     async def _verify_transaction(self, verifier: TransactionVerifier,
                                   transactional_id: str, version: int,
@@ -525,11 +611,20 @@ class KafkaApis:
         if context_.error_code:
             return fetch_response.FetchResponse(error_code=context_.error_code, session_id=0)
         reads = [(tp, cached.request) for tp, cached in context_.partitions]
+        # Followers need CLUSTER_ACTION, consumers READ on each topic; a partition denied
+        # is answered TOPIC_AUTHORIZATION_FAILED and not read.
+        allowed = self._fetch_allowed(reads, replica_id, context)
+        permitted = reads if allowed is None else [r for r in reads if r[0][0] in allowed]
         results = await self.replica_manager.fetch_messages(
             replica_id=replica_id, max_wait_ms=body.max_wait_ms, min_bytes=body.min_bytes,
             max_bytes=min(body.max_bytes, self.config.fetch_max_bytes),
-            isolation_level=body.isolation_level, requests=reads,
-        )
+            isolation_level=body.isolation_level, requests=permitted,
+        ) if permitted or not reads else []
+        if allowed is not None and len(permitted) < len(reads):
+            fetched = iter(results)
+            results = [next(fetched) if tp[0] in allowed
+                       else FetchPartitionResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                       for tp, _ in reads]
         converted = refused = None
         if version <= 3:  # v0-v1 read magic 0 message sets, v2-v3 magic 1
             # message.downconversion.enable=false: UNSUPPORTED_VERSION, as in Kafka 3.9.
@@ -564,6 +659,20 @@ class KafkaApis:
                     topic=name, topic_id=topic_id if by_id else ZERO_UUID, partitions=[data]))
         return fetch_response.FetchResponse(session_id=context_.session_id, responses=responses)
 
+    def _fetch_allowed(self, reads: list[tuple[tuple[str, int], FetchPartitionRequest]],
+                       replica_id: int, context: RequestContext) -> set[str] | None:
+        """The topics a fetch may read (None: all, there is no authorizer): a follower
+        needs CLUSTER_ACTION, a consumer READ on each topic; the others are answered
+        TOPIC_AUTHORIZATION_FAILED and not read."""
+        auth = self.auth
+        if not auth.enabled:
+            return None
+        names = [tp[0] for tp, _ in reads]
+        if replica_id >= 0:
+            return (set(names) if auth.authorize_cluster(context, AclOperation.CLUSTER_ACTION)
+                    else set())
+        return auth.filter_authorized(context, AclOperation.READ, ResourceType.TOPIC, names)
+
     def _down_conversion_enabled(self, tp: tuple[str, int]) -> bool:
         partition = self.replica_manager.get_partition(tp)
         return partition is None or partition.log.config.message_downconversion_enable
@@ -572,10 +681,18 @@ class KafkaApis:
 
     def handle_list_offsets(self, request: Request, context: RequestContext) -> Message:
         body = cast(ListOffsetsRequest, request.body)
+        may_describe = self.auth.filter_authorized(context, AclOperation.DESCRIBE,
+                                                   ResourceType.TOPIC,
+                                                   [t.name for t in body.topics])
         topics = []
         for t in body.topics:
             partitions = [self._list_offset(t.name, p, body.replica_id, body.isolation_level,
-                                            request.api_version) for p in t.partitions]
+                                            request.api_version)
+                          if t.name in may_describe else
+                          list_offsets_response.ListOffsetsPartitionResponse(
+                              partition_index=p.partition_index, timestamp=-1, offset=-1,
+                              error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                          for p in t.partitions]
             topics.append(list_offsets_response.ListOffsetsTopicResponse(
                 name=t.name, partitions=partitions))
         return list_offsets_response.ListOffsetsResponse(topics=topics)
@@ -644,12 +761,22 @@ class KafkaApis:
         # leader's log (KIP-320); followers ask where to truncate (KIP-101/279).
         body = cast(OffsetForLeaderEpochRequest, request.body)
         response = offset_for_leader_epoch_response
+        # Followers (v3+ name themselves) need CLUSTER_ACTION, consumers DESCRIBE.
+        names = [t.topic for t in body.topics]
+        if request.api_version >= 3 and body.replica_id >= 0:
+            allowed = (set(names) if self.auth.authorize_cluster(
+                context, AclOperation.CLUSTER_ACTION) else set())
+        else:
+            allowed = self.auth.filter_authorized(context, AclOperation.DESCRIBE,
+                                                  ResourceType.TOPIC, names)
         topics = []
         for t in body.topics:
             partitions = []
             for p in t.partitions:
                 partition = self.replica_manager.get_partition((t.topic, p.partition))
-                if partition is None:
+                if t.topic not in allowed:
+                    error, epoch, offset = ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1
+                elif partition is None:
                     error, epoch, offset = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
                 else:
                     error, epoch, offset = partition.last_offset_for_leader_epoch(

@@ -24,6 +24,12 @@ or when a broker config is updated with it; the broker's own settings that would
 security Odradek lacks (an authorizer, client certificates, ...) are refused with a message
 saying so (INVALID_REQUEST), as are dynamic passwords (Odradek does not encrypt its metadata
 store) and the security configs Kafka updates only per listener.
+
+Authorization is Kafka 3.9's (KafkaApis, ConfigHelper, ConfigAdminManager): DescribeConfigs
+needs DESCRIBE_CONFIGS, the alters ALTER_CONFIGS, on the topic (else
+TOPIC_AUTHORIZATION_FAILED) or on the cluster for BROKER and BROKER_LOGGER resources (else
+CLUSTER_AUTHORIZATION_FAILED). As in Kafka, an alter's duplicate and null checks, and a
+broker change's whole validation, come before the question; a topic's values after it.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ from dataclasses import replace
 from enum import IntEnum
 from typing import Any, cast
 
+from odradek.broker.auth_helper import ALLOW_ALL, AclOperation, AuthHelper
+from odradek.broker.auth_helper import ResourceType as AclResourceType
 from odradek.cluster.controller import Controller, InvalidRequestError, UnknownTopicError
 from odradek.cluster.metadata import MetadataStore
 from odradek.cluster.topics import validate_topic_name
@@ -52,6 +60,7 @@ from odradek.protocol.messages import (
     incremental_alter_configs_request,
     incremental_alter_configs_response,
 )
+from odradek.security.acl import ClusterAuthorizationError
 from odradek.server.config import (
     LIST_CONFIG_TYPE,
     BrokerConfig,
@@ -80,6 +89,12 @@ class ResourceType(IntEnum):
     TOPIC = 2
     BROKER = 4
     BROKER_LOGGER = 8
+    CLIENT_METRICS = 16  # KIP-714: not served here; authorized as Kafka does
+
+
+# The ConfigResource types Kafka authorizes on the CLUSTER resource (the others: TOPIC).
+_CLUSTER_RESOURCES = frozenset({ResourceType.BROKER, ResourceType.BROKER_LOGGER,
+                                ResourceType.CLIENT_METRICS})
 
 
 class AlterConfigOp(IntEnum):
@@ -101,6 +116,10 @@ class InvalidConfigurationError(KafkaError):
     error_code = ErrorCode.INVALID_CONFIG
 
 
+class TopicAuthorizationError(KafkaError):
+    error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
 BrokerConfigListener = Callable[[BrokerConfig], None]
 
 
@@ -109,6 +128,7 @@ class ConfigManager:
         self.config = config  # the one in force, dynamic layers included
         self.controller = controller
         self.on_broker_config_change: BrokerConfigListener | None = None
+        self.auth: AuthHelper = ALLOW_ALL  # the broker sets its own once built
         # One resource's change at a time: each reads what the one before it stored.
         self._altering = asyncio.Lock()
 
@@ -173,9 +193,20 @@ class ConfigManager:
     # ---- DescribeConfigs --------------------------------------------------------------
 
     def handle_describe_configs(self, request: Request, context: RequestContext) -> Message:
+        """As Kafka's ConfigHelper: DESCRIBE_CONFIGS on the topic, or on the cluster for the
+        broker resources, decided first; the refused resources are answered after the
+        others (TOPIC_AUTHORIZATION_FAILED or CLUSTER_AUTHORIZATION_FAILED, no configs)."""
         body = cast(describe_configs_request.DescribeConfigsRequest, request.body)
-        results = []
+        allowed, refused = [], []
         for resource in body.resources:
+            code = self._authorize(context, AclOperation.DESCRIBE_CONFIGS,
+                                   resource.resource_type, resource.resource_name)
+            if code == ErrorCode.NONE:
+                allowed.append(resource)
+            else:
+                refused.append((resource, code))
+        results = []
+        for resource in allowed:
             result = describe_configs_response.DescribeConfigsResult(
                 resource_type=resource.resource_type, resource_name=resource.resource_name,
                 error_message=None)
@@ -194,7 +225,26 @@ class ConfigManager:
                                                   body.include_documentation,
                                                   request.api_version) for e in entries]
             results.append(result)
+        results += [describe_configs_response.DescribeConfigsResult(
+            error_code=code, error_message=ErrorCode(code).message, configs=[],
+            resource_type=resource.resource_type, resource_name=resource.resource_name)
+            for resource, code in refused]
         return describe_configs_response.DescribeConfigsResponse(results=results)
+
+    def _authorize(self, context: RequestContext, operation: AclOperation,
+                   resource_type: int, name: str) -> int:
+        """NONE when `operation` is allowed on a config resource, else the error Kafka
+        answers for it. A resource type Kafka does not know (it refuses the whole request
+        for it) is let through, to be answered INVALID_REQUEST on its own."""
+        if resource_type == ResourceType.TOPIC:
+            if self.auth.authorize(context, operation, AclResourceType.TOPIC, name):
+                return ErrorCode.NONE
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        if resource_type in _CLUSTER_RESOURCES:
+            if self.auth.authorize_cluster(context, operation):
+                return ErrorCode.NONE
+            return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return ErrorCode.NONE
 
     def _describe(self, resource_type: int, name: str, names: list[str] | None
                   ) -> list[ConfigEntry] | None:
@@ -230,7 +280,8 @@ class ConfigManager:
     async def handle_alter_configs(self, request: Request, context: RequestContext) -> Message:
         """Legacy AlterConfigs: each resource's overrides become exactly those given."""
         body = cast(alter_configs_request.AlterConfigsRequest, request.body)
-        errors = await self._alter_all(body.resources, body.validate_only, incremental=False)
+        errors = await self._alter_all(body.resources, body.validate_only, context,
+                                       incremental=False)
         return alter_configs_response.AlterConfigsResponse(responses=[
             alter_configs_response.AlterConfigsResourceResponse(
                 error_code=code, error_message=message, resource_type=r.resource_type,
@@ -241,7 +292,8 @@ class ConfigManager:
     async def handle_incremental_alter_configs(self, request: Request, context: RequestContext
                                                ) -> Message:
         body = cast(incremental_alter_configs_request.IncrementalAlterConfigsRequest, request.body)
-        errors = await self._alter_all(body.resources, body.validate_only, incremental=True)
+        errors = await self._alter_all(body.resources, body.validate_only, context,
+                                       incremental=True)
         return incremental_alter_configs_response.IncrementalAlterConfigsResponse(responses=[
             incremental_alter_configs_response.AlterConfigsResourceResponse(
                 error_code=code, error_message=message, resource_type=r.resource_type,
@@ -249,7 +301,8 @@ class ConfigManager:
             for r, (code, message) in zip(body.resources, errors, strict=True)
         ])
 
-    async def _alter_all(self, resources: list[Any], validate_only: bool, *, incremental: bool
+    async def _alter_all(self, resources: list[Any], validate_only: bool,
+                         context: RequestContext, *, incremental: bool
                          ) -> list[tuple[int, str | None]]:
         ids = [(r.resource_type, r.resource_name) for r in resources]
         errors: list[tuple[int, str | None]] = []
@@ -258,16 +311,20 @@ class ConfigManager:
                 if ids.count(rid) > 1:
                     raise InvalidRequestError("Each resource must appear at most once.")
                 async with self._altering:
-                    await self._alter(r, validate_only, incremental)
+                    await self._alter(r, validate_only, incremental, context)
             except KafkaError as e:
                 log.info("cannot alter the configs of %s %r: %s", _type_name(r.resource_type),
-                         r.resource_name, e)
+                         r.resource_name, str(e) or ErrorCode(e.error_code).name)
                 errors.append((int(e.error_code), str(e) or None))
                 continue
             errors.append((ErrorCode.NONE, None))
         return errors
 
-    async def _alter(self, resource: Any, validate_only: bool, incremental: bool) -> None:
+    async def _alter(self, resource: Any, validate_only: bool, incremental: bool,
+                     context: RequestContext) -> None:
+        """One resource's change. As Kafka 3.9 (ConfigAdminManager.preprocess, then
+        KafkaApis): the checks of the request's shape, and a broker change's validation,
+        come before ALTER_CONFIGS is asked for; a topic's values are checked after it."""
         configs = resource.configs
         names = [c.name for c in configs]
         if len(set(names)) != len(names):
@@ -276,15 +333,21 @@ class ConfigManager:
             incremental and c.config_operation == AlterConfigOp.DELETE)]
         if nulls:
             raise InvalidRequestError("Null value not supported for : " + ", ".join(nulls))
-        if incremental:
-            for c in configs:
-                if c.config_operation not in _OPERATIONS:
-                    raise InvalidRequestError(f"Unknown operations type {c.config_operation}")
         kind, name = resource.resource_type, resource.resource_name
         if kind == ResourceType.TOPIC:
+            if not self.auth.authorize(context, AclOperation.ALTER_CONFIGS,
+                                       AclResourceType.TOPIC, name):
+                raise TopicAuthorizationError()  # without a message, as Kafka
+            _check_operations(configs, incremental)
             await self._alter_topic(name, configs, validate_only, incremental)
-        elif kind == ResourceType.BROKER:
-            await self._alter_broker(name, configs, validate_only, incremental)
+            return
+        _check_operations(configs, incremental)
+        if kind == ResourceType.BROKER:
+            await self._alter_broker(name, configs, validate_only, incremental, context)
+        elif (kind == ResourceType.BROKER_LOGGER and incremental
+              and not self.auth.authorize_cluster(context, AclOperation.ALTER_CONFIGS)):
+            # Kafka's RuntimeLoggerManager asks before anything else.
+            raise ClusterAuthorizationError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED.message)
         else:
             raise InvalidRequestError(f"Unknown resource type {kind}")
 
@@ -308,7 +371,7 @@ class ConfigManager:
         log.info("topic %s: configs now %s", name, overrides)
 
     async def _alter_broker(self, name: str, configs: list[Any], validate_only: bool,
-                            incremental: bool) -> None:
+                            incremental: bool, context: RequestContext) -> None:
         cluster_default = name == ""
         if not cluster_default and self._broker_id(name, "Node") != self.config.node_id:
             raise InvalidRequestError(f"Unexpected broker id, expected {self.config.node_id}, "
@@ -327,6 +390,8 @@ class ConfigManager:
             # Kafka answers INVALID_REQUEST whenever DynamicBrokerConfig refuses a change
             # (KAFKA-13609), whether the config is static, unknown or its value bad.
             raise InvalidRequestError(str(e)) from None
+        if not self.auth.authorize_cluster(context, AclOperation.ALTER_CONFIGS):
+            raise ClusterAuthorizationError()  # without a message, as Kafka
         if validate_only or not updates:
             return
         # The store's read and write (ZooKeeper round trips, or the metadata file's
@@ -373,6 +438,13 @@ def load_dynamic_broker_configs(config: BrokerConfig, store: MetadataStore) -> B
                 log.warning("stored dynamic broker config %s", warning)
             break
     return config
+
+
+def _check_operations(configs: list[Any], incremental: bool) -> None:
+    if incremental:
+        for c in configs:
+            if c.config_operation not in _OPERATIONS:
+                raise InvalidRequestError(f"Unknown operations type {c.config_operation}")
 
 
 def _entity(key: str) -> str:

@@ -10,11 +10,11 @@ reads to find the producer of a transaction from its start offset.
 As in Kafka, any replica answers (a follower too: admin clients may ask a given broker,
 `--broker-id`), since every replica keeps the producer state of its log. Per partition
 errors, Kafka's: INVALID_TOPIC_EXCEPTION (a name no topic can have),
+TOPIC_AUTHORIZATION_FAILED (the principal may not READ the topic),
 UNKNOWN_TOPIC_OR_PARTITION (no such topic, or not hosted here and the topic is unknown),
 NOT_LEADER_OR_FOLLOWER (the topic exists but this broker is not a replica of the
 partition: the client refreshes its metadata and asks the leader), KAFKA_STORAGE_ERROR
-(the partition is in an offline log dir). Authorization (READ on the topic) is the
-caller's, as the other handlers' checks are.
+(the partition is in an offline log dir).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable
 from typing import cast
 
+from odradek.broker.auth_helper import ALLOW_ALL, AclOperation, AuthHelper, ResourceType
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.replica_manager import ReplicaManager, TopicPartition, error_of
 from odradek.cluster.topics import validate_topic_name
@@ -36,20 +37,26 @@ from odradek.protocol.messages.describe_producers_response import (
     ProducerState,
     TopicResponse,
 )
+from odradek.server.network import RequestContext
 from odradek.storage.producer_state import ProducerStateEntry
 
 log = logging.getLogger(__name__)
 
 
-def describe_producers_handler(replica_manager: ReplicaManager, metadata_cache: MetadataCache
+def describe_producers_handler(replica_manager: ReplicaManager, metadata_cache: MetadataCache,
+                               *, auth: AuthHelper = ALLOW_ALL
                                ) -> Callable[[Request, object], DescribeProducersResponse]:
     """KafkaApis' handler for DescribeProducers: the metadata cache tells a topic that
-    exists elsewhere from an unknown one."""
+    exists elsewhere from an unknown one; `auth` decides which topics the request's
+    principal may READ."""
 
     def handle(request: Request, context: object) -> DescribeProducersResponse:
+        request_context = cast(RequestContext, context)
         return handle_describe_producers(
             replica_manager, cast(DescribeProducersRequest, request.body),
-            metadata_cache.topics.__contains__)
+            metadata_cache.topics.__contains__,
+            lambda name: auth.authorize(request_context, AclOperation.READ,
+                                        ResourceType.TOPIC, name))
 
     return handle
 
@@ -57,15 +64,19 @@ def describe_producers_handler(replica_manager: ReplicaManager, metadata_cache: 
 def handle_describe_producers(
     replica_manager: ReplicaManager, request: DescribeProducersRequest,
     topic_exists: Callable[[str], bool] | None = None,
+    topic_readable: Callable[[str], bool] | None = None,
 ) -> DescribeProducersResponse:
     """The response to `request`: a TopicResponse per topic asked, a PartitionResponse per
     partition asked, in request order. `topic_exists` (the metadata cache's knowledge,
     e.g. `lambda name: name in metadata_cache.topics`) tells an unknown topic
     (UNKNOWN_TOPIC_OR_PARTITION) from a partition this broker does not host
-    (NOT_LEADER_OR_FOLLOWER); without it, a partition not hosted here is unknown."""
+    (NOT_LEADER_OR_FOLLOWER); without it, a partition not hosted here is unknown.
+    `topic_readable` (READ on the topic, asked once per topic of the request, after its
+    name is found valid and before it is looked up, as Kafka asks) refuses a topic with
+    TOPIC_AUTHORIZATION_FAILED; without it, every topic may be read."""
     response = DescribeProducersResponse()
     for topic in request.topics:
-        topic_error = _topic_error(topic.name, topic_exists)
+        topic_error = _topic_error(topic.name, topic_exists, topic_readable)
         partitions = []
         for index in topic.partition_indexes:
             if topic_error is not None:
@@ -79,12 +90,17 @@ def handle_describe_producers(
     return response
 
 
-def _topic_error(name: str, topic_exists: Callable[[str], bool] | None
+def _topic_error(name: str, topic_exists: Callable[[str], bool] | None,
+                 topic_readable: Callable[[str], bool] | None = None
                  ) -> tuple[int, str | None] | None:
     try:
         validate_topic_name(name)
     except KafkaError as e:  # InvalidTopicError
         return ErrorCode.INVALID_TOPIC_EXCEPTION, str(e)
+    if topic_readable is not None and not topic_readable(name):
+        # Kafka's ApiError(TOPIC_AUTHORIZATION_FAILED): the error's own message.
+        return (ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                ErrorCode.TOPIC_AUTHORIZATION_FAILED.message)
     if topic_exists is not None and not topic_exists(name):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
     return None

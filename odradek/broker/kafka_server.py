@@ -28,6 +28,7 @@ from typing import Any, cast
 from odradek.broker.admin import AdminManager
 from odradek.broker.alter_partition_manager import AlterPartitionManager
 from odradek.broker.apis import KafkaApis
+from odradek.broker.auth_helper import ALLOW_ALL, AuthHelper
 from odradek.broker.config_manager import CLUSTER_DEFAULT_ENTITY, load_dynamic_broker_configs
 from odradek.broker.controller_channel import ControllerChannelManager
 from odradek.broker.inter_broker_apis import InterBrokerApis
@@ -58,7 +59,10 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import KafkaError
 from odradek.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
 from odradek.protocol.messages.controlled_shutdown_response import ControlledShutdownResponse
+from odradek.security.acl_store import AclStore, EmbeddedAclStore, ZkAclStore
+from odradek.security.authorizer import AclAuthorizer, parse_super_users
 from odradek.security.credential_cache import CredentialCache
+from odradek.security.principal import ANONYMOUS
 from odradek.server.channel_builder import build_listener_security
 from odradek.server.config import BrokerConfig
 from odradek.server.network import BoundListener, SocketServer
@@ -71,6 +75,7 @@ from odradek.storage.log_manager import LogManager
 log = logging.getLogger(__name__)
 
 META_PROPERTIES = "meta.properties"
+ACL_FILE = "acls.json"  # the ACLs of a single node without ZooKeeper, in its first log dir
 SLOW_SHUTDOWN_S = 15.0  # a shutdown longer than this logs what it still waits on
 
 
@@ -80,6 +85,7 @@ class KafkaServer:
         self.log_manager: LogManager | None = None
         self.socket_server: SocketServer | None = None
         self.credentials = CredentialCache()  # SCRAM users, for the SASL listeners
+        self.acl_store: AclStore | None = None  # with an authorizer only
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
@@ -132,6 +138,7 @@ class KafkaServer:
                 key="inter.broker.listener.name")
         security = {li.name: build_listener_security(config, li, self.credentials.lookup)
                     for li in config.listeners if li.security_protocol != "PLAINTEXT"}
+        auth = await self._start_authorizer(config, zk_store)
         cache: MetadataCache
         controller: Controller
         if zk_store is not None:
@@ -222,7 +229,7 @@ class KafkaServer:
         apis = KafkaApis(config, self.replica_manager, controller, admin,
                          self.transaction_coordinator, self.group_coordinator, cache,
                          inter_broker, self.txn_verifier,
-                         ScramApis(store, self.credentials))
+                         ScramApis(store, self.credentials), auth, self.acl_store)
         self.socket_server = SocketServer(
             apis, max_frame_size=config.socket_request_max_bytes,
             connections_max_idle_ms=config.connections_max_idle_ms,
@@ -322,6 +329,33 @@ class KafkaServer:
             elif kind == "users":
                 self._in_background(self._reload_user(desanitize(name)))
 
+    async def _start_authorizer(self, config: BrokerConfig,
+                                zk_store: ZooKeeperMetadataStore | None) -> AuthHelper:
+        """authorizer.class.name: Kafka's ACL authorizer over every ACL, loaded before the
+        listeners open and followed as other brokers change them (ZooKeeper's change
+        notifications); its store is /kafka-acl on ZooKeeper, acls.json on one node."""
+        if not config.get("authorizer.class.name"):
+            return ALLOW_ALL
+        super_users = parse_super_users(config.get("super.users") or "")
+        if zk_store is not None and ANONYMOUS not in super_users:
+            # Brokers send each other LeaderAndIsr, Fetch, AddPartitionsToTxn... which need
+            # CLUSTER_ACTION; over the PLAINTEXT inter-broker listener they are anonymous.
+            raise InvalidConfigError(
+                "with an authorizer in a cluster, super.users must hold User:ANONYMOUS: "
+                "Odradek's brokers talk to each other over the PLAINTEXT inter-broker "
+                "listener, as User:ANONYMOUS (keep that listener private)",
+                key="super.users")
+        authorizer = AclAuthorizer(
+            super_users=super_users,
+            allow_everyone_if_no_acl_found=config.get("allow.everyone.if.no.acl.found"))
+        store: AclStore = (ZkAclStore(zk_store.client) if zk_store is not None
+                           else EmbeddedAclStore(config.log_dirs[0] / ACL_FILE))
+        await asyncio.to_thread(store.start, authorizer.apply)
+        self.acl_store = store
+        log.info("authorizer: %d ACLs, super users %s", authorizer.acl_count,
+                 sorted(authorizer.super_users) or "none")
+        return AuthHelper(authorizer)
+
     async def _reload_user(self, user: str) -> None:
         """A user's SCRAM credentials, changed through another broker."""
         assert self.zk_store is not None
@@ -416,6 +450,8 @@ class KafkaServer:
             await self.socket_server.stop()
         if self._config_watch is not None:
             self._config_watch.cancel()
+        if self.acl_store is not None:
+            await asyncio.to_thread(self.acl_store.close)
         if self.zk_store is not None:
             # The session ends: the controller sees this broker leave at once.
             await asyncio.to_thread(self.zk_store.close)

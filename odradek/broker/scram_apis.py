@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, cast
 
+from odradek.broker.auth_helper import ALLOW_ALL, AclOperation, AuthHelper
 from odradek.cluster.metadata import MetadataStore
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
@@ -52,6 +53,7 @@ class ScramApis:
     def __init__(self, store: MetadataStore, cache: CredentialCache) -> None:
         self.store = store
         self.cache = cache
+        self.auth: AuthHelper = ALLOW_ALL  # DESCRIBE, ALTER on the cluster
 
     def handlers(self) -> dict[int, Callable[[Request, RequestContext], Any]]:
         return {
@@ -61,6 +63,10 @@ class ScramApis:
 
     async def handle_describe(self, request: Request, context: RequestContext) -> Message:
         body = cast(DescribeUserScramCredentialsRequest, request.body)
+        if not self.auth.authorize_cluster(context, AclOperation.DESCRIBE):
+            return describe_response.DescribeUserScramCredentialsResponse(
+                error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                error_message="Cluster authorization failed.")
         stored = await asyncio.to_thread(self.store.user_configs)
         infos = {user: _credential_infos(configs) for user, configs in stored.items()}
         infos = {user: found for user, found in infos.items() if found}
@@ -88,6 +94,13 @@ class ScramApis:
 
     async def handle_alter(self, request: Request, context: RequestContext) -> Message:
         body = cast(AlterUserScramCredentialsRequest, request.body)
+        if not self.auth.authorize_cluster(context, AclOperation.ALTER):
+            return alter_response.AlterUserScramCredentialsResponse(results=[
+                alter_response.AlterUserScramCredentialsResult(
+                    user=user, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                    error_message="Cluster authorization failed.")
+                for user in dict.fromkeys([d.name for d in body.deletions]
+                                          + [u.name for u in body.upsertions])])
         stored = await asyncio.to_thread(self.store.user_configs)
         pairs = Counter([(d.name, d.mechanism) for d in body.deletions]
                         + [(u.name, u.mechanism) for u in body.upsertions])

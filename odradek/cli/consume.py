@@ -18,9 +18,11 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import signal
 import string
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, BinaryIO
@@ -331,9 +333,10 @@ def _consume(consumer: Consumer, args: argparse.Namespace, formatter: Formatter 
                     continue
                 if p not in pending:
                     continue  # --until-end: this partition is done
-                out.write(json_line(record_json(message)).encode() + b"\n" if formatter is None
-                          else formatter.render(message))
-                count += 1
+                with _uninterrupted():
+                    out.write(json_line(record_json(message)).encode() + b"\n"
+                              if formatter is None else formatter.render(message))
+                    count += 1
                 if args.until_end and (message.offset() or 0) + 1 >= start_plan.end[p]:
                     pending.discard(p)
                 if args.max_messages is not None and count >= args.max_messages:
@@ -355,6 +358,21 @@ def _consume(consumer: Consumer, args: argparse.Namespace, formatter: Formatter 
         return EXIT_INTERRUPTED
     _summary(count)
     return 0
+
+
+@contextlib.contextmanager
+def _uninterrupted() -> Iterator[None]:
+    """Ctrl-C between printing a record and counting it (and storing its offset) would
+    say one record less than was printed: it waits until the record is done. With
+    PYTHONUNBUFFERED the line reaches the reader at once, and the race is real."""
+    pending: list[Any] = []
+    previous = signal.signal(signal.SIGINT, lambda *args: pending.append(args))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending:
+            raise KeyboardInterrupt
 
 
 def _summary(count: int) -> None:
@@ -521,14 +539,15 @@ def _read_group(consumer: Consumer, args: argparse.Namespace, formatter: Formatt
                 else:
                     errors(error)  # retried by librdkafka; kept for a timeout's message
                 continue
-            out.write(json_line(record_json(message)).encode() + b"\n" if formatter is None
-                      else formatter.render(message))
-            printed = True
-            count += 1
-            counted[0] = count
-            # KafkaException: the partition went to another member meanwhile.
-            with contextlib.suppress(KafkaException):
-                consumer.store_offsets(message)
+            with _uninterrupted():
+                out.write(json_line(record_json(message)).encode() + b"\n"
+                          if formatter is None else formatter.render(message))
+                printed = True
+                count += 1
+                counted[0] = count
+                # KafkaException: the partition went to another member meanwhile.
+                with contextlib.suppress(KafkaException):
+                    consumer.store_offsets(message)
             if args.max_messages is not None and count >= args.max_messages:
                 break
         out.flush()

@@ -111,6 +111,11 @@ PASSWORD_CONFIG_TYPE = int(KafkaType.PASSWORD)
 SHORT_MIN, SHORT_MAX = -(2**15), 2**15 - 1
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# The authorizers authorizer.class.name may name: Kafka's ACL authorizers, which Odradek's
+# AclAuthorizer (odradek/security/authorizer.py) follows; empty for none.
+AUTHORIZER_CLASSES = ("", "kafka.security.authorizer.AclAuthorizer",
+                      "kafka.security.auth.SimpleAclAuthorizer",
+                      "org.apache.kafka.metadata.authorizer.StandardAuthorizer")
 DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
 
 # LONG_MAX (Kafka's "never" for log.flush.scheduler.interval.ms) overflows threading's
@@ -458,6 +463,20 @@ _HAND_KEYS: list[BrokerKey] = [
            "The share of non-preferred leaders per broker that triggers a rebalance.",
            Range(0, 100)),
     ),
+    *_in(
+        "Authorization",
+        _K("authorizer.class.name", _T.STRING, "",
+           "The authorizer every request is checked by: Kafka's ACL authorizer "
+           "(kafka.security.authorizer.AclAuthorizer, or KRaft's "
+           "org.apache.kafka.metadata.authorizer.StandardAuthorizer, which decides alike), "
+           "with its ACLs in ZooKeeper (/kafka-acl) or the embedded store; empty: every "
+           "client may do everything (docs/security.md).", OneOf(AUTHORIZER_CLASSES)),
+        _K("super.users", _T.STRING, None,
+           "Principals allowed everything whatever the ACLs, separated by semicolons: "
+           "User:admin;User:CN=broker1,O=example."),
+        _K("allow.everyone.if.no.acl.found", _T.BOOLEAN, False,
+           "Whether a resource without any ACL is open to everyone (Kafka's default: no)."),
+    ),
     # Kafka 4.0 names its sample server.properties files set, so that they load unchanged.
     # (Kafka 3.9's names come from kafka_configs.py.)
     *_in(
@@ -518,9 +537,9 @@ _AREAS = {
             "Odradek's TLS is Python's ssl module over OpenSSL"),
     "sasl": ("SASL", "Kerberos (GSSAPI) and the client-side login, which Odradek's brokers "
              "do not use: they authenticate clients with PLAIN, SCRAM and OAUTHBEARER"),
-    "auth": ("Authorization, principals and secrets",
-             "Odradek does not authenticate clients yet, so it has no principals, delegation "
-             "tokens or encrypted passwords to manage"),
+    "auth": ("Principals and secrets",
+             "Odradek has no delegation tokens, encrypted passwords or Java principal "
+             "builders and policies"),
     "zookeeper": ("ZooKeeper client tuning",
                   "Odradek's ZooKeeper client manages its own connection and requests"),
     "zookeeper-security": ("ZooKeeper TLS",
@@ -604,9 +623,6 @@ _KRAFT = ("Odradek has no KRaft mode: it keeps cluster metadata in its embedded 
 # Kafka 3.9 settings whose other values would pretend to a security or durability Odradek
 # lacks, or to KRaft: the only value taken (their default, or empty), and why.
 _REFUSED: dict[str, tuple[Any, str]] = {
-    "authorizer.class.name": ("", "Odradek has no authorizer yet (ACLs come with the "
-                              "security work): every client may do everything, and "
-                              "accepting an authorizer would pretend otherwise"),
     "create.topic.policy.class.name": ("", "Odradek cannot run Kafka's Java policy classes, "
                                        "so topics would be created unchecked"),
     "alter.config.policy.class.name": ("", "Odradek cannot run Kafka's Java policy classes, "
@@ -641,7 +657,7 @@ def _kafka_key(config: KafkaBrokerConfig) -> BrokerKey:
         high = getattr(validator, "high", None)
         validator = Range(SHORT_MIN if low is None else low, SHORT_MAX if high is None else high)
     refused = _REFUSED.get(config.name)
-    served = (config.area in _SERVED_AREAS and config.name not in _JAVA_ONLY
+    served = ((config.area in _SERVED_AREAS and config.name not in _JAVA_ONLY)
               or config.name in _SECURITY_DOCS)
     return BrokerKey(
         config.name,

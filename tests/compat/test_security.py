@@ -7,9 +7,11 @@ are refused, and nothing they send is written."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import ssl
 import struct
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +27,7 @@ from confluent_kafka.admin import (
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
+from cryptography.hazmat.primitives.asymmetric import rsa
 from support.broker import BrokerProcess
 from support.certs import (
     CertificateAuthority,
@@ -56,6 +59,31 @@ def jaas(module: str, **options: str) -> str:
 
 
 @pytest.fixture(scope="module")
+def oauth(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """An identity provider's signing key and its JWKS, as a file:// URL."""
+    from jwt.algorithms import RSAAlgorithm
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(RSAAlgorithm.to_jwk(key.public_key()))
+    path = tmp_path_factory.mktemp("oauth") / "jwks.json"
+    path.write_text(json.dumps({"keys": [{**jwk, "kid": "idp-1", "use": "sig",
+                                          "alg": "RS256"}]}))
+    return {"key": key, "jwks": path.as_uri()}
+
+
+def signed_token(oauth: dict[str, Any], subject: str, audience: str = "kafka",
+                 lifetime_s: int = 600) -> tuple[str, float]:
+    """A JWT signed by the identity provider, and its expiry (for librdkafka's oauth_cb)."""
+    import jwt
+
+    now = time.time()
+    token = jwt.encode({"sub": subject, "aud": audience, "iss": "https://idp.example",
+                        "iat": int(now), "exp": int(now + lifetime_s), "scope": "kafka"},
+                       oauth["key"], algorithm="RS256", headers={"kid": "idp-1"})
+    return token, now + lifetime_s
+
+
+@pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     d = tmp_path_factory.mktemp("tls")
     ca = CertificateAuthority("Odradek Test CA")
@@ -81,15 +109,16 @@ def _write(path: Path, text: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory, tls: dict[str, Any]
-           ) -> Iterator[BrokerProcess]:
+def broker(tmp_path_factory: pytest.TempPathFactory, tls: dict[str, Any],
+           oauth: dict[str, Any]) -> Iterator[BrokerProcess]:
     plain = jaas("plain.PlainLoginModule", **{f"user_{u}": p for u, p in PLAIN_USERS.items()})
     scram = jaas("scram.ScramLoginModule")
     settings = {
         "listeners": "PLAINTEXT://127.0.0.1:0,TLS://127.0.0.1:0,MTLS://127.0.0.1:0,"
-                     "SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+                     "SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0,OAUTH://127.0.0.1:0",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,TLS:SSL,MTLS:SSL,"
-                                          "SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+                                          "SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,"
+                                          "OAUTH:SASL_PLAINTEXT",
         "inter.broker.listener.name": "PLAINTEXT",
         "ssl.keystore.type": "PEM", "ssl.keystore.location": tls["server"],
         "ssl.truststore.type": "PEM", "ssl.truststore.location": tls["ca"],
@@ -100,6 +129,20 @@ def broker(tmp_path_factory: pytest.TempPathFactory, tls: dict[str, Any]
         "listener.name.sasl_plaintext.connections.max.reauth.ms": str(REAUTH_MS),
         "connection.failed.authentication.delay.ms": "50",
         "num.partitions": "2",
+        # OAUTHBEARER: unsecured tokens (Kafka's default validator) on SASL_SSL; on OAUTH,
+        # signed JWTs checked against the identity provider's JWKS.
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms":
+            "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
+        "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config":
+            jaas("oauthbearer.OAuthBearerLoginModule"),
+        "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
+        "listener.name.oauth.oauthbearer.sasl.jaas.config":
+            jaas("oauthbearer.OAuthBearerLoginModule"),
+        "listener.name.oauth.oauthbearer.sasl.server.callback.handler.class":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+        "sasl.oauthbearer.jwks.endpoint.url": oauth["jwks"],
+        "sasl.oauthbearer.expected.audience": "kafka",
+        "sasl.oauthbearer.expected.issuer": "https://idp.example",
     }
     for listener in ("sasl_plaintext", "sasl_ssl"):
         settings[f"listener.name.{listener}.plain.sasl.jaas.config"] = plain
@@ -378,6 +421,33 @@ def test_aiokafka_over_sasl_ssl(broker: BrokerProcess, tls: dict[str, Any]) -> N
         return got
 
     assert asyncio.run(asyncio.wait_for(run(), 60)) == [b"SCRAM-SHA-256", b"PLAIN"]
+
+
+def test_oauthbearer_with_unsecured_and_signed_tokens(broker: BrokerProcess,
+                                                      tls: dict[str, Any],
+                                                      oauth: dict[str, Any]) -> None:
+    topic = new_topic(broker)
+    # librdkafka's own unsecured JWS, as Kafka's default validator takes it.
+    unsecured = {"bootstrap.servers": broker.address("SASL_SSL"),
+                 "security.protocol": "SASL_SSL", "ssl.ca.location": tls["ca"],
+                 "sasl.mechanism": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": True,
+                 "sasl.oauthbearer.config": "principal=dave"}
+    assert produce_and_consume(unsecured, topic, 2) == [b"record-0", b"record-1"]
+    # Signed by the identity provider, for the right audience: served.
+    signed = {"bootstrap.servers": broker.address("OAUTH"), "security.protocol": "SASL_PLAINTEXT",
+              "sasl.mechanism": "OAUTHBEARER",
+              "oauth_cb": lambda _config: signed_token(oauth, "erin")}
+    signed_topic = new_topic(broker)
+    assert produce_and_consume(signed, signed_topic, 3) == [b"record-0", b"record-1",
+                                                            b"record-2"]
+    # Another audience, or an unsigned token on the JWKS listener: refused. (An expired
+    # token librdkafka refuses to send at all; the validator's unit tests cover it.)
+    refused({**signed, "oauth_cb": lambda _c: signed_token(oauth, "erin", audience="elsewhere")},
+            signed_topic)
+    refused({**unsecured, "bootstrap.servers": broker.address("OAUTH"),
+             "security.protocol": "SASL_PLAINTEXT"}, signed_topic)
+    assert sum(end_offsets(broker, topic)) == 2
+    assert sum(end_offsets(broker, signed_topic)) == 3
 
 
 def test_inter_broker_requests_are_refused_on_client_listeners(broker: BrokerProcess,

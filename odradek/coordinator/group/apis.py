@@ -9,8 +9,19 @@ FindCoordinator creates __consumer_offsets on first use (offsets.topic.num.parti
 partitions, replication factor min(offsets.topic.replication.factor, live brokers),
 cleanup.policy=compact) and answers with the leader of the group's partition. Kafka
 answers COORDINATOR_NOT_AVAILABLE while it creates the topic in the background; here the
-creation is synchronous, so the first answer is already the coordinator. There is no
-transaction coordinator yet: key type 1 answers COORDINATOR_NOT_AVAILABLE.
+creation is synchronous, so the first answer is already the coordinator. A transactional
+id's coordinator is the transaction APIs' (find_transaction_coordinator); without them,
+key type 1 answers COORDINATOR_NOT_AVAILABLE.
+
+Authorization (`auth`, which KafkaApis sets; everything is allowed by default) is Kafka
+3.9's KafkaApis, check for check, before anything is done: DESCRIBE on the group for
+FindCoordinator, OffsetFetch and DescribeGroups; READ on it for JoinGroup, SyncGroup,
+Heartbeat, LeaveGroup, OffsetCommit and TxnOffsetCommit (after WRITE on the transactional
+id); DELETE for DeleteGroups and OffsetDelete (GROUP_AUTHORIZATION_FAILED); READ on the
+topics whose offsets are committed or deleted and DESCRIBE on those whose offsets are
+fetched (TOPIC_AUTHORIZATION_FAILED, or left out of an OffsetFetch of all offsets);
+ListGroups lists every group for DESCRIBE on the cluster, else the groups the principal
+may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -20,6 +31,13 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar, cast
 
+from odradek.broker.auth_helper import (
+    ALLOW_ALL,
+    CLUSTER_NAME,
+    AclOperation,
+    AuthHelper,
+    ResourceType,
+)
 from odradek.cluster.controller import Controller
 from odradek.cluster.metadata import TopicMetadata
 from odradek.cluster.topics import GROUP_METADATA_TOPIC, TopicExistsError
@@ -73,10 +91,11 @@ TRANSACTION_KEY_TYPE = 1
 SHARE_KEY_TYPE = 2
 NO_RETENTION_TIME = -1  # OffsetCommit v2-v4: the broker's retention applies
 LONG_MAX = 2**63 - 1
-# DescribeGroups' authorized operations (KIP-430) without an authorizer: READ, DELETE,
-# DESCRIBE, as Kafka's AclOperation codes.
-_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
-_NOT_REQUESTED = -(2**31)
+_NOT_REQUESTED = -(2**31)  # DescribeGroups' authorized operations, not asked for (KIP-430)
+_READ, _WRITE, _DELETE, _DESCRIBE = (AclOperation.READ, AclOperation.WRITE,
+                                     AclOperation.DELETE, AclOperation.DESCRIBE)
+_GROUP, _TOPIC, _TRANSACTIONAL_ID = (ResourceType.GROUP, ResourceType.TOPIC,
+                                     ResourceType.TRANSACTIONAL_ID)
 
 # A broker's advertised address on the request's listener, None when it has none.
 Endpoint = Callable[[int, RequestContext], tuple[str, int] | None]
@@ -93,8 +112,10 @@ class GroupApis:
         self.coordinator = coordinator
         self.controller = controller
         self.endpoint = endpoint
-        # FindCoordinator for a transactional id: the transaction APIs answer it.
+        # FindCoordinator for a transactional id: the transaction APIs answer it (and
+        # authorize it).
         self.find_transaction_coordinator: FindTransactionCoordinator | None = None
+        self.auth: AuthHelper = ALLOW_ALL  # KafkaApis sets the broker's
 
     def handlers(self) -> dict[int, Callable[[Request, RequestContext], Any]]:
         return {
@@ -132,7 +153,24 @@ class GroupApis:
 
     async def _find(self, key_type: int, key: str, context: RequestContext
                     ) -> tuple[int, str | None, int, str, int]:
-        """(error, message, node id, host, port); Kafka's "no node" on errors."""
+        """(error, message, node id, host, port); Kafka's "no node" on errors. Kafka's
+        getCoordinator: the principal may DESCRIBE the group or transactional id; a share
+        coordinator (v6) takes CLUSTER_ACTION on the cluster."""
+        version = context.header.request_api_version
+        if key_type == GROUP_KEY_TYPE and not self.auth.authorize(context, _DESCRIBE, _GROUP,
+                                                                  key):
+            return _coordinator_denied(ErrorCode.GROUP_AUTHORIZATION_FAILED, version)
+        if key_type == TRANSACTION_KEY_TYPE and self.find_transaction_coordinator:
+            return await self.find_transaction_coordinator(key, context)  # authorizes
+        if key_type == TRANSACTION_KEY_TYPE and not self.auth.authorize(
+                context, _DESCRIBE, _TRANSACTIONAL_ID, key):
+            return _coordinator_denied(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, version)
+        if key_type == SHARE_KEY_TYPE:
+            if version < 6:
+                return (ErrorCode.INVALID_REQUEST, "a share coordinator is found with "
+                        "FindCoordinator v6 and later", -1, "", -1)
+            if not self.auth.authorize_cluster(context, AclOperation.CLUSTER_ACTION):
+                return _coordinator_denied(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, version)
         if key_type == GROUP_KEY_TYPE:
             topic = await self._offsets_topic()
             if topic is not None:
@@ -143,8 +181,6 @@ class GroupApis:
                 if state is not None and address is not None:
                     return ErrorCode.NONE, None, state.leader, address[0], address[1]
             message = "the group coordinator is not available"
-        elif key_type == TRANSACTION_KEY_TYPE and self.find_transaction_coordinator:
-            return await self.find_transaction_coordinator(key, context)
         elif key_type in (TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE):
             message = ("this broker has no transaction coordinator"
                        if key_type == TRANSACTION_KEY_TYPE
@@ -188,6 +224,11 @@ class GroupApis:
     async def handle_join_group(self, request: Request, context: RequestContext) -> Message:
         body = cast(join_group_request.JoinGroupRequest, request.body)
         version = request.api_version
+        if not self.auth.authorize(context, _READ, _GROUP, body.group_id):
+            # JoinGroupRequest.getErrorResponse: no generation, member, leader or protocol.
+            return join_group_response.JoinGroupResponse(
+                error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, generation_id=-1,
+                protocol_name=None if version >= 7 else "", leader="", member_id="")
         instance_id = body.group_instance_id if version >= 5 else None
         future: asyncio.Future[JoinGroupResult] = asyncio.get_running_loop().create_future()
         self.coordinator.handle_join_group(
@@ -222,6 +263,9 @@ class GroupApis:
         if version >= 5 and (body.protocol_type is None or body.protocol_name is None):
             return sync_group_response.SyncGroupResponse(
                 error_code=ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if not self.auth.authorize(context, _READ, _GROUP, body.group_id):
+            return sync_group_response.SyncGroupResponse(
+                error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, assignment=b"")
         future: asyncio.Future[SyncGroupResult] = asyncio.get_running_loop().create_future()
         self.coordinator.handle_sync_group(
             body.group_id, body.generation_id, body.member_id,
@@ -246,6 +290,9 @@ class GroupApis:
 
     def handle_heartbeat(self, request: Request, context: RequestContext) -> Message:
         body = cast(heartbeat_request.HeartbeatRequest, request.body)
+        if not self.auth.authorize(context, _READ, _GROUP, body.group_id):
+            return heartbeat_response.HeartbeatResponse(
+                error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
         error = self.coordinator.handle_heartbeat(
             body.group_id, body.member_id,
             body.group_instance_id if request.api_version >= 3 else None, body.generation_id)
@@ -254,6 +301,9 @@ class GroupApis:
     def handle_leave_group(self, request: Request, context: RequestContext) -> Message:
         body = cast(leave_group_request.LeaveGroupRequest, request.body)
         version = request.api_version
+        if not self.auth.authorize(context, _READ, _GROUP, body.group_id):
+            return leave_group_response.LeaveGroupResponse(
+                error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
         if version >= 3:
             leaving = [LeavingMember(m.member_id, m.group_instance_id,
                                      m.reason if version >= 5 else None) for m in body.members]
@@ -276,16 +326,22 @@ class GroupApis:
         metadata = self.controller.topics.get(topic)
         return metadata is not None and partition in metadata.partitions
 
-    def _offsets_of(self, topics: Iterable[Any], make: Callable[[Any], OffsetAndMetadata]
+    def _offsets_of(self, context: RequestContext, topics: list[Any],
+                    make: Callable[[Any], OffsetAndMetadata]
                     ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, OffsetAndMetadata]]:
         """A commit's offsets (made by `make` from each partition of the request) of the
-        partitions that exist, and UNKNOWN_TOPIC_OR_PARTITION for the others (a partition
-        named twice: its last entry)."""
+        partitions that exist, of topics the principal may READ; TOPIC_AUTHORIZATION_FAILED
+        and UNKNOWN_TOPIC_OR_PARTITION for the others (a partition named twice: its last
+        entry)."""
+        readable = self.auth.filter_authorized(context, _READ, _TOPIC, (t.name for t in topics))
         errors: dict[TopicPartition, int] = {}
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         for t in topics:
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
+                if t.name not in readable:
+                    errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    continue
                 if not self._known(*tp):
                     errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     continue
@@ -306,13 +362,16 @@ class GroupApis:
 
     async def handle_offset_commit(self, request: Request, context: RequestContext) -> Message:
         body = cast(offset_commit_request.OffsetCommitRequest, request.body)
+        if not self.auth.authorize(context, _READ, _GROUP, body.group_id):
+            return _offset_commit_response(body.topics,
+                                           lambda tp: ErrorCode.GROUP_AUTHORIZATION_FAILED)
         version = request.api_version
         now = self.coordinator.time.milliseconds()
         retention = body.retention_time_ms if version <= 4 else NO_RETENTION_TIME
         # The record's expire timestamp is an int64: a retention that would carry it past
         # Long.MAX_VALUE (Kafka's sum wraps around) keeps the offset as long as there is.
         expire = None if retention == NO_RETENTION_TIME else min(now + retention, LONG_MAX)
-        errors, offsets = self._offsets_of(body.topics, lambda p: OffsetAndMetadata(
+        errors, offsets = self._offsets_of(context, body.topics, lambda p: OffsetAndMetadata(
             offset=p.committed_offset,
             leader_epoch=p.committed_leader_epoch if version >= 6 else -1,
             metadata=p.committed_metadata or "",
@@ -326,13 +385,7 @@ class GroupApis:
                 body.group_instance_id if version >= 7 else None,
                 body.generation_id_or_member_epoch, offsets))
             await self._replicated(body.group_id, offsets, errors)
-        return offset_commit_response.OffsetCommitResponse(topics=[
-            offset_commit_response.OffsetCommitResponseTopic(name=t.name, partitions=[
-                offset_commit_response.OffsetCommitResponsePartition(
-                    partition_index=p.partition_index,
-                    error_code=errors[(t.name, p.partition_index)])
-                for p in t.partitions])
-            for t in body.topics])
+        return _offset_commit_response(body.topics, errors.__getitem__)
 
     async def handle_txn_offset_commit(self, request: Request,
                                        context: RequestContext) -> Message:
@@ -340,9 +393,16 @@ class GroupApis:
         __consumer_offsets partition as the producer's transactional batch, pending until
         its transaction's marker; answered once the partition's ISR has them."""
         body = cast(txn_offset_commit_request.TxnOffsetCommitRequest, request.body)
+        # The producer id is not authorized: WRITE on the transactional id implies it.
+        if not self.auth.authorize(context, _WRITE, _TRANSACTIONAL_ID, body.transactional_id):
+            return _txn_offset_commit_response(
+                body.topics, lambda tp: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if not self.auth.authorize(context, _READ, _GROUP, body.group_id):
+            return _txn_offset_commit_response(
+                body.topics, lambda tp: ErrorCode.GROUP_AUTHORIZATION_FAILED)
         version = request.api_version
         now = self.coordinator.time.milliseconds()
-        errors, offsets = self._offsets_of(body.topics, lambda p: OffsetAndMetadata(
+        errors, offsets = self._offsets_of(context, body.topics, lambda p: OffsetAndMetadata(
             offset=p.committed_offset,
             leader_epoch=p.committed_leader_epoch if version >= 2 else -1,
             metadata=p.committed_metadata or "", commit_timestamp=now))
@@ -353,13 +413,7 @@ class GroupApis:
                 body.group_instance_id if version >= 3 else None,
                 body.generation_id if version >= 3 else -1, offsets))
             await self._replicated(body.group_id, offsets, errors)
-        return txn_offset_commit_response.TxnOffsetCommitResponse(topics=[
-            txn_offset_commit_response.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
-                txn_offset_commit_response.TxnOffsetCommitResponsePartition(
-                    partition_index=p.partition_index,
-                    error_code=errors[(t.name, p.partition_index)])
-                for p in t.partitions])
-            for t in body.topics])
+        return _txn_offset_commit_response(body.topics, errors.__getitem__)
 
     def handle_offset_fetch(self, request: Request, context: RequestContext) -> Message:
         body = cast(offset_fetch_request.OffsetFetchRequest, request.body)
@@ -367,10 +421,10 @@ class GroupApis:
         if version >= 8:
             groups = []
             for g in body.groups:
-                wanted = (None if g.topics is None else
-                          [(t.name, p) for t in g.topics for p in t.partition_indexes])
-                error, offsets = self.coordinator.handle_fetch_offsets(
-                    g.group_id, body.require_stable, wanted)
+                error, topics = self._fetch_group(
+                    context, g.group_id, body.require_stable,
+                    None if g.topics is None else [(t.name, t.partition_indexes)
+                                                   for t in g.topics])
                 groups.append(offset_fetch_response.OffsetFetchResponseGroup(
                     group_id=g.group_id, error_code=error,
                     topics=[offset_fetch_response.OffsetFetchResponseTopics(
@@ -378,34 +432,72 @@ class GroupApis:
                             partition_index=index, committed_offset=r.offset,
                             committed_leader_epoch=r.leader_epoch, metadata=r.metadata,
                             error_code=r.error) for index, r in partitions])
-                        for name, partitions in _by_topic(offsets, wanted)]))
+                        for name, partitions in topics]))
             return offset_fetch_response.OffsetFetchResponse(groups=groups)
-        wanted = (None if body.topics is None else
-                  [(t.name, p) for t in body.topics for p in t.partition_indexes])
-        error, offsets = self.coordinator.handle_fetch_offsets(
-            body.group_id, body.require_stable if version >= 7 else False, wanted)
+        asked = (None if body.topics is None else
+                 [(t.name, t.partition_indexes) for t in body.topics])
+        error, topics = self._fetch_group(
+            context, body.group_id, body.require_stable if version >= 7 else False, asked)
         if error and version < 2:
             # No top-level error before v2: each requested partition carries it.
-            offsets = {tp: OffsetFetchResult(error=error) for tp in wanted or ()}
+            wanted = [(name, p) for name, indexes in asked or () for p in indexes]
+            topics = _by_topic({tp: OffsetFetchResult(error=error) for tp in wanted}, wanted)
         response = offset_fetch_response.OffsetFetchResponse(
             topics=[offset_fetch_response.OffsetFetchResponseTopic(
                 name=name, partitions=[offset_fetch_response.OffsetFetchResponsePartition(
                     partition_index=index, committed_offset=r.offset,
                     committed_leader_epoch=r.leader_epoch if version >= 5 else -1,
                     metadata=r.metadata, error_code=r.error) for index, r in partitions])
-                for name, partitions in _by_topic(offsets, wanted)])
+                for name, partitions in topics])
         if version >= 2:
             response.error_code = error
         return response
 
+    def _fetch_group(self, context: RequestContext, group_id: str, require_stable: bool,
+                     asked: list[tuple[str, list[int]]] | None
+                     ) -> tuple[int, list[tuple[str, list[tuple[int, OffsetFetchResult]]]]]:
+        """One group's OffsetFetch (Kafka's handleOffsetFetchRequestFromCoordinator): the
+        group error, or the offsets by topic. DESCRIBE on the group; offsets only of topics
+        the principal may DESCRIBE: asked for (`asked`: topic names and partitions), the
+        others answer TOPIC_AUTHORIZATION_FAILED after the rest; all of them (None), the
+        others are left out."""
+        if not self.auth.authorize(context, _DESCRIBE, _GROUP, group_id):
+            return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
+        if asked is None:
+            error, offsets = self.coordinator.handle_fetch_offsets(group_id, require_stable,
+                                                                   None)
+            if error:
+                return error, []
+            topics = _by_topic(offsets, None)
+            visible = self.auth.filter_authorized(context, _DESCRIBE, _TOPIC,
+                                                  (name for name, _ in topics))
+            return ErrorCode.NONE, [t for t in topics if t[0] in visible]
+        visible = self.auth.filter_authorized(context, _DESCRIBE, _TOPIC,
+                                              (name for name, _ in asked))
+        wanted = [(name, p) for name, indexes in asked if name in visible for p in indexes]
+        error, offsets = self.coordinator.handle_fetch_offsets(group_id, require_stable, wanted)
+        if error:
+            return error, []
+        denied = OffsetFetchResult(error=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        return ErrorCode.NONE, _by_topic(offsets, wanted) + [
+            (name, [(p, denied) for p in indexes])
+            for name, indexes in asked if name not in visible]
+
     def handle_offset_delete(self, request: Request, context: RequestContext) -> Message:
         body = cast(offset_delete_request.OffsetDeleteRequest, request.body)
+        if not self.auth.authorize(context, _DELETE, _GROUP, body.group_id):
+            return offset_delete_response.OffsetDeleteResponse(
+                error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        readable = self.auth.filter_authorized(context, _READ, _TOPIC,
+                                               (t.name for t in body.topics))
         errors: dict[TopicPartition, int] = {}
         known: list[TopicPartition] = []
         for t in body.topics:
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
-                if self._known(*tp):
+                if t.name not in readable:
+                    errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                elif self._known(*tp):
                     known.append(tp)
                 else:
                     errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -425,10 +517,20 @@ class GroupApis:
     # ---- DescribeGroups, ListGroups, DeleteGroups --------------------------------------
 
     def handle_describe_groups(self, request: Request, context: RequestContext) -> Message:
+        """DESCRIBE on each group. As Kafka answers: the refused groups first, then the
+        others; the authorized operations (v3+, when asked) of each group described
+        without error."""
         body = cast(describe_groups_request.DescribeGroupsRequest, request.body)
         version = request.api_version
         groups = []
+        authorized = []
         for group_id in body.groups:
+            if self.auth.authorize(context, _DESCRIBE, _GROUP, group_id):
+                authorized.append(group_id)
+            else:  # DescribeGroupsResponse.groupError
+                groups.append(describe_groups_response.DescribedGroup(
+                    error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=group_id))
+        for group_id in authorized:
             error, summary = self.coordinator.handle_describe_group(group_id)
             described = describe_groups_response.DescribedGroup(
                 error_code=error, group_id=group_id, group_state=summary.state,
@@ -439,21 +541,27 @@ class GroupApis:
                     client_id=m.client_id, client_host=m.client_host,
                     member_metadata=m.metadata, member_assignment=m.assignment)
                     for m in summary.members])
-            if version >= 3:
-                described.authorized_operations = (
-                    _GROUP_OPERATIONS if body.include_authorized_operations
-                    else _NOT_REQUESTED)
+            if version >= 3 and body.include_authorized_operations and not error:
+                described.authorized_operations = self.auth.authorized_operations(
+                    context, _GROUP, group_id)
             groups.append(described)
         return describe_groups_response.DescribeGroupsResponse(groups=groups)
 
     def handle_list_groups(self, request: Request, context: RequestContext) -> Message:
+        """Every group for DESCRIBE on the cluster; else the groups the principal may
+        DESCRIBE (neither refusal logged as a denial, as in Kafka)."""
         body = cast(list_groups_request.ListGroupsRequest, request.body)
         version = request.api_version
+        all_groups = self.auth.authorize(context, _DESCRIBE, ResourceType.CLUSTER,
+                                         CLUSTER_NAME, log_if_denied=False)
         error, overviews = self.coordinator.handle_list_groups(
             body.states_filter if version >= 4 else (),
             body.types_filter if version >= 5 else ())
         groups = []
         for o in overviews:
+            if not all_groups and not self.auth.authorize(context, _DESCRIBE, _GROUP,
+                                                          o.group_id, log_if_denied=False):
+                continue
             listed = list_groups_response.ListedGroup(group_id=o.group_id,
                                                       protocol_type=o.protocol_type)
             if version >= 4:
@@ -464,11 +572,25 @@ class GroupApis:
         return list_groups_response.ListGroupsResponse(error_code=error, groups=groups)
 
     def handle_delete_groups(self, request: Request, context: RequestContext) -> Message:
+        """DELETE on each group: the groups refused answer GROUP_AUTHORIZATION_FAILED after
+        the others, as Kafka answers."""
         body = cast(delete_groups_request.DeleteGroupsRequest, request.body)
-        errors = self.coordinator.handle_delete_groups(list(dict.fromkeys(body.groups_names)))
+        names = list(dict.fromkeys(body.groups_names))
+        deletable = self.auth.filter_authorized(context, _DELETE, _GROUP, names)
+        authorized = [g for g in names if g in deletable]
+        errors = self.coordinator.handle_delete_groups(authorized) if authorized else {}
         return delete_groups_response.DeleteGroupsResponse(results=[
             delete_groups_response.DeletableGroupResult(group_id=g, error_code=errors[g])
-            for g in dict.fromkeys(body.groups_names)])
+            for g in authorized] + [
+            delete_groups_response.DeletableGroupResult(
+                group_id=g, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+            for g in names if g not in deletable])
+
+
+def _coordinator_denied(error: ErrorCode, version: int) -> tuple[int, str | None, int, str, int]:
+    """A refused FindCoordinator key as Kafka answers it: no node; the error's own message
+    before v4 (prepareOldResponse), none in a v4+ coordinator entry."""
+    return error, error.message if version < 4 else None, -1, "", -1
 
 
 def _completer(future: asyncio.Future[_T]) -> Callable[[_T], None]:
@@ -476,6 +598,27 @@ def _completer(future: asyncio.Future[_T]) -> Callable[[_T], None]:
         if not future.done():  # the connection may be gone; the answer is then dropped
             future.set_result(result)
     return complete
+
+
+def _offset_commit_response(topics: list[Any], error: Callable[[TopicPartition], int]
+                            ) -> offset_commit_response.OffsetCommitResponse:
+    """Each partition of the request with its error, in the request's order."""
+    return offset_commit_response.OffsetCommitResponse(topics=[
+        offset_commit_response.OffsetCommitResponseTopic(name=t.name, partitions=[
+            offset_commit_response.OffsetCommitResponsePartition(
+                partition_index=p.partition_index, error_code=error((t.name, p.partition_index)))
+            for p in t.partitions])
+        for t in topics])
+
+
+def _txn_offset_commit_response(topics: list[Any], error: Callable[[TopicPartition], int]
+                                ) -> txn_offset_commit_response.TxnOffsetCommitResponse:
+    return txn_offset_commit_response.TxnOffsetCommitResponse(topics=[
+        txn_offset_commit_response.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+            txn_offset_commit_response.TxnOffsetCommitResponsePartition(
+                partition_index=p.partition_index, error_code=error((t.name, p.partition_index)))
+            for p in t.partitions])
+        for t in topics])
 
 
 def _by_topic(offsets: dict[TopicPartition, OffsetFetchResult],

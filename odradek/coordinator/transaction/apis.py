@@ -8,6 +8,17 @@ do not know PRODUCER_FENCED: they are told INVALID_PRODUCER_EPOCH, as Kafka does
 FindCoordinator with key type TRANSACTION is answered here (find_coordinator), through
 the group APIs' FindCoordinator handler: the leader of the id's __transaction_state
 partition, the topic created on first use as Kafka creates it.
+
+Authorization (`auth`, which KafkaApis sets; everything is allowed by default) is Kafka
+3.9's KafkaApis, before anything is done: DESCRIBE on the transactional id for
+FindCoordinator and DescribeTransactions (whose partitions are shown only of topics the
+principal may DESCRIBE), WRITE on it for InitProducerId, AddPartitionsToTxn (v0-3),
+AddOffsetsToTxn and EndTxn (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); READ on the group of
+AddOffsetsToTxn (GROUP_AUTHORIZATION_FAILED); WRITE on the topics of AddPartitionsToTxn
+v0-3 (TOPIC_AUTHORIZATION_FAILED; never for an internal topic); CLUSTER_ACTION on the
+cluster for the brokers' AddPartitionsToTxn v4+ and, without a transactional id,
+IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679) for InitProducerId
+(CLUSTER_AUTHORIZATION_FAILED). ListTransactions lists the ids the principal may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -16,9 +27,16 @@ import logging
 from collections.abc import Callable
 from typing import Any, cast
 
+from odradek.broker.auth_helper import (
+    ALLOW_ALL,
+    CLUSTER_NAME,
+    AclOperation,
+    AuthHelper,
+    ResourceType,
+)
 from odradek.cluster.controller import Controller
 from odradek.cluster.metadata import TopicMetadata
-from odradek.cluster.topics import TRANSACTION_STATE_TOPIC, TopicExistsError
+from odradek.cluster.topics import TRANSACTION_STATE_TOPIC, TopicExistsError, is_internal
 from odradek.coordinator.transaction.transaction_coordinator import (
     TransactionCoordinator,
     TransactionResult,
@@ -51,6 +69,8 @@ log = logging.getLogger(__name__)
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
+_WRITE, _DESCRIBE = AclOperation.WRITE, AclOperation.DESCRIBE
+_TOPIC, _TRANSACTIONAL_ID = ResourceType.TOPIC, ResourceType.TRANSACTIONAL_ID
 
 
 def _fenced_for(version: int, first_version_with_fenced: int, error: int) -> int:
@@ -69,12 +89,19 @@ class TransactionApis:
         self.coordinator = coordinator
         self.controller = controller
         self.endpoint = endpoint  # a broker's (host, port) on the request's listener
+        self.auth: AuthHelper = ALLOW_ALL  # KafkaApis sets the broker's
 
     # ---- FindCoordinator (key type TRANSACTION) -----------------------------------------
 
     async def find_coordinator(self, transactional_id: str, context: RequestContext
                                ) -> tuple[int, str | None, int, str, int]:
-        """(error, message, node id, host, port) for a transactional id."""
+        """(error, message, node id, host, port) for a transactional id the principal may
+        DESCRIBE (Kafka's getCoordinator; refused: no node, and the error's own message
+        before FindCoordinator v4, none in a v4+ coordinator entry)."""
+        if not self.auth.authorize(context, _DESCRIBE, _TRANSACTIONAL_ID, transactional_id):
+            error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            return (error, error.message if context.header.request_api_version < 4 else None,
+                    -1, "", -1)
         topic = await self._transaction_state_topic()
         if topic is not None:
             state = topic.partitions.get(self.coordinator.partition_for(transactional_id))
@@ -131,12 +158,20 @@ class TransactionApis:
                                       context: RequestContext) -> Message:
         body = cast(init_producer_id_request.InitProducerIdRequest, request.body)
         version = request.api_version
+        if body.transactional_id is not None:
+            if not self.auth.authorize(context, _WRITE, _TRANSACTIONAL_ID,
+                                       body.transactional_id):
+                return _init_producer_id_error(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        elif not (self.auth.authorize(context, AclOperation.IDEMPOTENT_WRITE,
+                                      ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False)
+                  or self.auth.authorize_by_resource_type(context, _WRITE, _TOPIC)):
+            # An idempotent producer: IDEMPOTENT_WRITE on the cluster, or (KIP-679) WRITE
+            # on at least one topic.
+            return _init_producer_id_error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         pid, epoch = body.producer_id, body.producer_epoch
         if (pid == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):
             # Both or neither (KIP-360).
-            return init_producer_id_response.InitProducerIdResponse(
-                error_code=ErrorCode.INVALID_REQUEST, producer_id=NO_PRODUCER_ID,
-                producer_epoch=NO_PRODUCER_EPOCH)
+            return _init_producer_id_error(ErrorCode.INVALID_REQUEST)
         expected = None if pid == NO_PRODUCER_ID else (pid, epoch)
         result = await self.coordinator.handle_init_producer_id(
             body.transactional_id, body.transaction_timeout_ms, expected)
@@ -150,34 +185,55 @@ class TransactionApis:
                                            context: RequestContext) -> Message:
         body = cast(add_partitions_to_txn_request.AddPartitionsToTxnRequest, request.body)
         version = request.api_version
+        if version >= 4 and not self.auth.authorize_cluster(context,
+                                                            AclOperation.CLUSTER_ACTION):
+            # The batched versions are the brokers' (KIP-890): Kafka's
+            # authorizeClusterOperation fails the whole request.
+            return add_partitions_to_txn_response.AddPartitionsToTxnResponse(
+                error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         if version < 4:
             results = await self._add_partitions(
-                version, body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
-                body.v3_and_below_producer_epoch, body.v3_and_below_topics, verify_only=False)
+                context, version, body.v3_and_below_transactional_id,
+                body.v3_and_below_producer_id, body.v3_and_below_producer_epoch,
+                body.v3_and_below_topics, verify_only=False)
             return add_partitions_to_txn_response.AddPartitionsToTxnResponse(
                 results_by_topic_v3_and_below=results)
         transactions = []
         for t in body.transactions:
-            results = await self._add_partitions(version, t.transactional_id, t.producer_id,
-                                                 t.producer_epoch, t.topics, t.verify_only)
+            results = await self._add_partitions(context, version, t.transactional_id,
+                                                 t.producer_id, t.producer_epoch, t.topics,
+                                                 t.verify_only)
             transactions.append(add_partitions_to_txn_response.AddPartitionsToTxnResult(
                 transactional_id=t.transactional_id, topic_results=results))
         return add_partitions_to_txn_response.AddPartitionsToTxnResponse(
             results_by_transaction=transactions)
 
     async def _add_partitions(
-            self, version: int, transactional_id: str, producer_id: int, producer_epoch: int,
+            self, context: RequestContext, version: int, transactional_id: str,
+            producer_id: int, producer_epoch: int,
             topics: list[add_partitions_to_txn_request.AddPartitionsToTxnTopic],
             verify_only: bool
     ) -> list[add_partitions_to_txn_response.AddPartitionsToTxnTopicResult]:
         wanted: list[TopicPartition] = list(dict.fromkeys(
             (t.name, p) for t in topics for p in t.partitions))
-        unknown = [tp for tp in wanted if not self._known(*tp)]
         errors: dict[TopicPartition, int]
-        if unknown:
+        if version < 4:
+            # A client's: WRITE on the transactional id, and on each topic (an internal
+            # topic is never one a client may add, as in Kafka).
+            if not self.auth.authorize(context, _WRITE, _TRANSACTIONAL_ID, transactional_id):
+                return _partition_results(dict.fromkeys(
+                    wanted, int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)))
+            writable = self.auth.filter_authorized(
+                context, _WRITE, _TOPIC, (tp[0] for tp in wanted if not is_internal(tp[0])))
+        else:  # a broker's, authorized as such
+            writable = {tp[0] for tp in wanted}
+        refused = {tp: int(ErrorCode.TOPIC_AUTHORIZATION_FAILED) if tp[0] not in writable
+                   else int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                   for tp in wanted if tp[0] not in writable or not self._known(*tp)}
+        if refused:
             # One bad partition fails the whole request: the others were not attempted.
-            errors = dict.fromkeys(wanted, int(ErrorCode.OPERATION_NOT_ATTEMPTED))
-            errors.update(dict.fromkeys(unknown, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
+            errors = {tp: refused.get(tp, int(ErrorCode.OPERATION_NOT_ATTEMPTED))
+                      for tp in wanted}
         elif verify_only:
             errors = self.coordinator.handle_verify_partitions(
                 transactional_id, producer_id, producer_epoch, wanted)
@@ -185,20 +241,20 @@ class TransactionApis:
             error = await self.coordinator.handle_add_partitions(
                 transactional_id, producer_id, producer_epoch, wanted)
             errors = dict.fromkeys(wanted, _fenced_for(version, 2, error))
-        by_topic: dict[str, list[add_partitions_to_txn_response.AddPartitionsToTxnPartitionResult]]
-        by_topic = {}
-        for (topic, index), error in errors.items():
-            by_topic.setdefault(topic, []).append(
-                add_partitions_to_txn_response.AddPartitionsToTxnPartitionResult(
-                    partition_index=index, partition_error_code=error))
-        return [add_partitions_to_txn_response.AddPartitionsToTxnTopicResult(
-            name=name, results_by_partition=results) for name, results in by_topic.items()]
+        return _partition_results(errors)
 
     # ---- AddOffsetsToTxn, EndTxn ------------------------------------------------------
 
     async def handle_add_offsets_to_txn(self, request: Request,
                                         context: RequestContext) -> Message:
         body = cast(add_offsets_to_txn_request.AddOffsetsToTxnRequest, request.body)
+        if not self.auth.authorize(context, _WRITE, _TRANSACTIONAL_ID, body.transactional_id):
+            return add_offsets_to_txn_response.AddOffsetsToTxnResponse(
+                error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if not self.auth.authorize(context, AclOperation.READ, ResourceType.GROUP,
+                                   body.group_id):
+            return add_offsets_to_txn_response.AddOffsetsToTxnResponse(
+                error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
         error = await self.coordinator.handle_add_offsets(
             body.transactional_id, body.producer_id, body.producer_epoch, body.group_id)
         return add_offsets_to_txn_response.AddOffsetsToTxnResponse(
@@ -207,6 +263,9 @@ class TransactionApis:
     async def handle_end_txn(self, request: Request, context: RequestContext) -> Message:
         body = cast(end_txn_request.EndTxnRequest, request.body)
         version = request.api_version
+        if not self.auth.authorize(context, _WRITE, _TRANSACTIONAL_ID, body.transactional_id):
+            return end_txn_response.EndTxnResponse(
+                error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         result = TransactionResult.COMMIT if body.committed else TransactionResult.ABORT
         error = await self.coordinator.handle_end_transaction(
             body.transactional_id, body.producer_id, body.producer_epoch, result)
@@ -224,6 +283,11 @@ class TransactionApis:
         body = cast(describe_transactions_request.DescribeTransactionsRequest, request.body)
         states = []
         for tid in body.transactional_ids:
+            if not self.auth.authorize(context, _DESCRIBE, _TRANSACTIONAL_ID, tid):
+                states.append(describe_transactions_response.TransactionState(
+                    error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    transactional_id=tid))
+                continue
             d = self.coordinator.handle_describe_transactions(tid)
             if d.error:  # the rest keeps the schema's defaults, as Kafka answers
                 states.append(describe_transactions_response.TransactionState(
@@ -234,8 +298,10 @@ class TransactionApis:
                 transaction_timeout_ms=d.txn_timeout_ms,
                 transaction_start_time_ms=d.txn_start_timestamp, producer_id=d.producer_id,
                 producer_epoch=d.producer_epoch,
+                # Only the partitions of topics the principal may DESCRIBE.
                 topics=[describe_transactions_response.TopicData(topic=topic, partitions=ids)
-                        for topic, ids in d.topic_partitions.items()]))
+                        for topic, ids in d.topic_partitions.items()
+                        if self.auth.authorize(context, _DESCRIBE, _TOPIC, topic)]))
         return describe_transactions_response.DescribeTransactionsResponse(
             transaction_states=states)
 
@@ -248,4 +314,25 @@ class TransactionApis:
             error_code=error, unknown_state_filters=unknown,
             transaction_states=[list_transactions_response.TransactionState(
                 transactional_id=t.transactional_id, producer_id=t.producer_id,
-                transaction_state=t.state) for t in listed])
+                transaction_state=t.state) for t in listed
+                if self.auth.authorize(context, _DESCRIBE, _TRANSACTIONAL_ID,
+                                       t.transactional_id)])
+
+
+def _init_producer_id_error(error: ErrorCode) -> Message:
+    """InitProducerIdRequest.getErrorResponse: no producer id or epoch."""
+    return init_producer_id_response.InitProducerIdResponse(
+        error_code=error, producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH)
+
+
+def _partition_results(errors: dict[TopicPartition, int]
+                       ) -> list[add_partitions_to_txn_response.AddPartitionsToTxnTopicResult]:
+    """Each partition's error, by topic, in the order given."""
+    by_topic: dict[str, list[add_partitions_to_txn_response.AddPartitionsToTxnPartitionResult]]
+    by_topic = {}
+    for (topic, index), error in errors.items():
+        by_topic.setdefault(topic, []).append(
+            add_partitions_to_txn_response.AddPartitionsToTxnPartitionResult(
+                partition_index=index, partition_error_code=error))
+    return [add_partitions_to_txn_response.AddPartitionsToTxnTopicResult(
+        name=name, results_by_partition=results) for name, results in by_topic.items()]
