@@ -18,9 +18,30 @@ fetcher, the channel to the controller): a broker answers a connection's request
 a time, so a follower's long-polling Fetch would hold up a LeaderAndIsr queued behind it.
 
 Failures callers can back off and retry from are DisconnectedError (the connection is
-closed, broke or could not be made) and its subclass RequestTimeoutError. A request the
-peer does not support raises the protocol's UnsupportedVersionError before anything is
-sent. Every request must have a response (no Produce with acks=0).
+closed, broke or could not be made) and its subclasses RequestTimeoutError and
+AuthenticationFailedError. A request the peer does not support raises the protocol's
+UnsupportedVersionError before anything is sent. Every request must have a response (no
+Produce with acks=0).
+
+Security (InterBrokerSecurity, odradek/broker/inter_broker_security.py): over an SSL or
+SASL_SSL inter-broker listener the connection is TLS from the start; over SASL_PLAINTEXT or
+SASL_SSL it authenticates after ApiVersions, as Kafka's SaslClientAuthenticator does:
+SaslHandshake v1, then SaslAuthenticate rounds until the mechanism's client is done, all
+within the connection setup timeout. Without security, nothing of this happens.
+
+Re-authentication (KIP-368): a broker whose SaslAuthenticate answer gives the session a
+lifetime closes the connection at its first request after the session ended. The connection
+re-authenticates in place, between requests, as Kafka's client does: from a time drawn in
+85-95% of the lifetime, the next request first waits for a new SaslHandshake and
+SaslAuthenticate exchange (requests already in flight are answered before the broker reads
+the handshake: a broker answers a connection's requests in order), so after that time only
+the handshake goes out on the old session. Closing and reopening the connection instead
+would be simpler to write but would fail the requests in flight (a follower's long-polling
+Fetch) every session. The lifetime is counted from when we sent the last
+SaslAuthenticate, before the broker started counting, so our end of the session is never
+later than the broker's. A connection left idle past that end is not re-authenticated (the
+handshake would come too late): it counts as closed, and InterBrokerClient opens a new one
+without a backoff, since nothing failed.
 """
 
 from __future__ import annotations
@@ -32,11 +53,11 @@ import random
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import odradek
 from odradek.protocol.api import API_VERSIONS
-from odradek.protocol.api_keys import API_SPECS
+from odradek.protocol.api_keys import API_SPECS, ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import ProtocolError, UnsupportedVersionError
 from odradek.protocol.framing import (
@@ -48,7 +69,16 @@ from odradek.protocol.framing import (
 from odradek.protocol.message import Message
 from odradek.protocol.messages.api_versions_request import ApiVersionsRequest
 from odradek.protocol.messages.api_versions_response import ApiVersionsResponse
+from odradek.protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
+from odradek.protocol.messages.sasl_authenticate_response import SaslAuthenticateResponse
+from odradek.protocol.messages.sasl_handshake_request import SaslHandshakeRequest
+from odradek.protocol.messages.sasl_handshake_response import SaslHandshakeResponse
 from odradek.protocol.primitives import INT32
+from odradek.security.sasl import SaslAuthenticationError
+from odradek.security.sasl.client import create_sasl_client
+
+if TYPE_CHECKING:
+    from odradek.broker.inter_broker_security import InterBrokerSecurity
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +92,12 @@ DEFAULT_CONNECTION_SETUP_TIMEOUT_MS = 10_000
 DEFAULT_RECONNECT_BACKOFF_MS = 50
 DEFAULT_RECONNECT_BACKOFF_MAX_MS = 1_000
 RECONNECT_BACKOFF_JITTER = 0.2  # Kafka's CommonClientConfigs.RECONNECT_BACKOFF_JITTER
+# KIP-368, Kafka's SaslClientAuthenticator.ReauthInfo: re-authenticate after 85% of the
+# session's lifetime plus up to 10% jitter (many connections do not all re-authenticate at
+# once), leaving at least 5% for the handshake to reach the broker in time.
+REAUTH_WINDOW = (0.85, 0.95)
+SASL_HANDSHAKE_VERSION = 1  # v0 sends the tokens unframed: not supported
+MAX_SASL_ROUNDS = 10  # no mechanism we know takes more than 2; a peer that goes on is broken
 
 VersionRanges = Mapping[int, tuple[int, int]]  # API key -> (min, max) version, inclusive
 
@@ -75,6 +111,18 @@ class RequestTimeoutError(DisconnectedError, TimeoutError):
     """No connection or no answer within the request's timeout. A request sent and left
     unanswered closes its connection, so this is a DisconnectedError as well as a
     TimeoutError."""
+
+
+class AuthenticationFailedError(DisconnectedError):
+    """SASL authentication (or re-authentication) failed: the broker answered
+    SASL_AUTHENTICATION_FAILED (its message is `error_message`), or it could not prove
+    itself to our client (a SCRAM ServerSignature that does not match). The connection is
+    closed; InterBrokerClient backs off before the next attempt as after any failed
+    connection (Kafka's SaslAuthenticationException)."""
+
+    def __init__(self, message: str, error_message: str | None = None) -> None:
+        super().__init__(message)
+        self.error_message = error_message
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +199,7 @@ class BrokerConnection:
         request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
         connection_setup_timeout_ms: int = DEFAULT_CONNECTION_SETUP_TIMEOUT_MS,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        security: InterBrokerSecurity | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -158,8 +207,18 @@ class BrokerConnection:
         self.request_timeout_ms = request_timeout_ms
         self.connection_setup_timeout_ms = connection_setup_timeout_ms
         self.max_frame_size = max_frame_size
+        self.security = security
         self.api_versions: dict[int, tuple[int, int]] = {}  # the broker's, from ApiVersions
         self.closed_at: float | None = None  # loop time when it closed, for the backoff
+        # SASL: the session's lifetime as the broker last gave it (0: it does not end), how
+        # many times it was re-authenticated, and (loop times) when the next request must
+        # first re-authenticate and when the session ends, by our conservative clock.
+        self.session_lifetime_ms = 0
+        self.reauthentications = 0
+        self._reauth_at: float | None = None
+        self._session_end: float | None = None
+        self._reauthenticating: asyncio.Task[None] | None = None
+        self.session_ended = False  # closed (or to close) because its SASL session ended
         self._transport: asyncio.Transport | None = None
         self._in_flight: collections.deque[_InFlight] = collections.deque()
         self._correlation_id = 0
@@ -175,8 +234,15 @@ class BrokerConnection:
 
     @property
     def connected(self) -> bool:
-        """Open and past the ApiVersions handshake."""
-        return self._ready and self._closing_reason is None
+        """Open, past the ApiVersions (and SASL) handshake, and not past the end of its SASL
+        session."""
+        return self._ready and self._closing_reason is None and not self._session_over()
+
+    def _session_over(self) -> bool:
+        """The SASL session ended without re-authentication (the connection sat idle through
+        the re-authentication window): no request may go out on it any more."""
+        return (self._session_end is not None and self._reauthenticating is None
+                and self._loop is not None and self._loop.time() >= self._session_end)
 
     @property
     def in_flight(self) -> int:
@@ -194,18 +260,33 @@ class BrokerConnection:
         loop = self._loop = asyncio.get_running_loop()
         self._lost = loop.create_future()
         timeout_s = self.connection_setup_timeout_ms / 1000
+        security = self.security
+        stage = "ApiVersions"
         try:
             async with asyncio.timeout(timeout_s):
-                transport, _ = await loop.create_connection(
-                    lambda: _ClientProtocol(self), self.host, self.port)
+                if security is not None and security.ssl_context is not None:
+                    # The TLS handshake is part of connecting. server_hostname is always the
+                    # host, for SNI (Java sends it too); the context's check_hostname, which
+                    # InterBrokerSecurity ties to ssl.endpoint.identification.algorithm,
+                    # decides whether the certificate must name it.
+                    stage = "TLS handshake or ApiVersions"
+                    transport, _ = await loop.create_connection(
+                        lambda: _ClientProtocol(self), self.host, self.port,
+                        ssl=security.ssl_context, server_hostname=self.host)
+                else:
+                    transport, _ = await loop.create_connection(
+                        lambda: _ClientProtocol(self), self.host, self.port)
                 self._transport = transport
                 sock = transport.get_extra_info("socket")
                 if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 await self._exchange_api_versions()
+                if security is not None and security.sasl_mechanism is not None:
+                    stage = "SASL"
+                    await self._authenticate(security)
         except TimeoutError:
             # A paused broker still accepts connections (the kernel does), but never answers.
-            self._close(f"no ApiVersions answer within {self.connection_setup_timeout_ms} ms")
+            self._close(f"no {stage} answer within {self.connection_setup_timeout_ms} ms")
             raise DisconnectedError(
                 f"cannot connect to {self.host}:{self.port}: no answer within "
                 f"{self.connection_setup_timeout_ms} ms") from None
@@ -246,6 +327,117 @@ class BrokerConnection:
         _, response = decode_response(frame, API_VERSIONS, version)
         return cast(ApiVersionsResponse, response)
 
+    # ---- SASL ---------------------------------------------------------------------------
+
+    async def _authenticate(self, security: InterBrokerSecurity) -> None:
+        """SaslHandshake v1 then SaslAuthenticate rounds (KIP-152), on a new connection or,
+        to re-authenticate, on one with no other request allowed out meanwhile. Raises
+        DisconnectedError (AuthenticationFailedError when the credentials are refused or
+        the broker cannot prove itself); the caller closes the connection."""
+        mechanism = security.sasl_mechanism
+        assert mechanism is not None and security.username is not None
+        assert security.password is not None
+        where = f"{self.host}:{self.port}"
+        if self.api_versions.get(ApiKey.SASL_HANDSHAKE, (0, -1))[1] < SASL_HANDSHAKE_VERSION:
+            raise DisconnectedError(
+                f"{where} does not support SaslHandshake v1: it cannot authenticate a client "
+                "(is it a SASL listener of a broker older than Kafka 1.0?)")
+        try:
+            version = choose_version(ApiKey.SASL_AUTHENTICATE, self.api_versions, 2)
+        except UnsupportedVersionError as e:
+            raise DisconnectedError(f"{where} cannot authenticate: {e}") from None
+        frame = await self._send_frame(SaslHandshakeRequest(mechanism=mechanism),
+                                       SASL_HANDSHAKE_VERSION, authenticating=True)
+        _, decoded = decode_response(frame, ApiKey.SASL_HANDSHAKE, SASL_HANDSHAKE_VERSION)
+        handshake = cast(SaslHandshakeResponse, decoded)
+        if handshake.error_code != ErrorCode.NONE:
+            enabled = ", ".join(handshake.mechanisms) or "none"
+            raise DisconnectedError(
+                f"{where} refused SASL mechanism {mechanism} "
+                f"({_error_name(handshake.error_code)}): the mechanisms it enables are "
+                f"{enabled}")
+        loop = asyncio.get_running_loop()
+        try:
+            client = create_sasl_client(mechanism, security.username, security.password)
+            token: bytes | None = client.initial_response()
+            for _ in range(MAX_SASL_ROUNDS):
+                assert token is not None
+                sent_at = loop.time()  # before the broker starts counting the session
+                frame = await self._send_frame(SaslAuthenticateRequest(auth_bytes=token),
+                                               version, authenticating=True)
+                _, decoded = decode_response(frame, ApiKey.SASL_AUTHENTICATE, version)
+                response = cast(SaslAuthenticateResponse, decoded)
+                if response.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED:
+                    raise AuthenticationFailedError(
+                        f"authentication to {where} with SASL/{mechanism} failed: "
+                        f"{response.error_message}", response.error_message)
+                if response.error_code != ErrorCode.NONE:
+                    raise DisconnectedError(
+                        f"{where} answered SaslAuthenticate with "
+                        f"{_error_name(response.error_code)}: {response.error_message}")
+                token = client.evaluate_challenge(bytes(response.auth_bytes))
+                if token is None:
+                    self._start_session(sent_at, response.session_lifetime_ms)
+                    return
+        except SaslAuthenticationError as e:  # our client's verdict on the broker
+            raise AuthenticationFailedError(
+                f"authentication to {where} with SASL/{mechanism} failed: {e}") from e
+        raise AuthenticationFailedError(
+            f"authentication to {where} with SASL/{mechanism} did not complete in "
+            f"{MAX_SASL_ROUNDS} rounds")
+
+    def _start_session(self, sent_at: float, lifetime_ms: int) -> None:
+        self.session_lifetime_ms = max(0, lifetime_ms)
+        if lifetime_ms <= 0:  # the session does not end (v0 has no lifetime either)
+            self._reauth_at = self._session_end = None
+            return
+        self._session_end = sent_at + lifetime_ms / 1000
+        self._reauth_at = sent_at + lifetime_ms * random.uniform(*REAUTH_WINDOW) / 1000
+
+    def _must_reauthenticate(self) -> bool:
+        """A request may not go out now: the connection is re-authenticating, or is due to."""
+        return self._reauthenticating is not None or (
+            self._reauth_at is not None and self._loop is not None
+            and self._loop.time() >= self._reauth_at)
+
+    async def _reauthenticated(self) -> None:
+        """Waits for the re-authentication every request now waits for, starting it if need
+        be. Raises DisconnectedError (the connection is then closed)."""
+        task = self._reauthenticating
+        if task is None:
+            if self._session_over():
+                self.session_ended = True
+                self._close("the SASL session ended before a request needed re-authentication")
+                raise self._disconnected()
+            task = self._reauthenticating = asyncio.get_running_loop().create_task(
+                self._reauthenticate())
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        # Shielded: one sender's timeout or cancellation must not stop the exchange that
+        # the connection's other senders are waiting for.
+        await asyncio.shield(task)
+
+    async def _reauthenticate(self) -> None:
+        assert self.security is not None
+        try:
+            async with asyncio.timeout(self.connection_setup_timeout_ms / 1000):
+                await self._authenticate(self.security)
+        except TimeoutError:
+            self._close(f"no SASL re-authentication answer within "
+                        f"{self.connection_setup_timeout_ms} ms")
+            raise self._disconnected() from None
+        except DisconnectedError as e:
+            self._close(f"re-authentication failed: {e}")
+            raise
+        except ProtocolError as e:
+            self._close(f"re-authentication failed: {e}")
+            raise DisconnectedError(f"re-authentication to {self.host}:{self.port} "
+                                    f"failed: {e}") from e
+        finally:
+            self._reauthenticating = None
+        self.reauthentications += 1
+        log.debug("re-authenticated to %s:%d; the session lasts %d ms", self.host, self.port,
+                  self.session_lifetime_ms)
+
     # ---- requests -----------------------------------------------------------------------
 
     def version_for(self, api_key: int, max_version: int | None = None) -> int:
@@ -270,6 +462,9 @@ class BrokerConnection:
     async def _send(self, request: Message | RequestBuilder, api_version: int | None,
                     deadline: float, timeout_ms: int) -> Message:
         """send() by loop time `deadline`; `timeout_ms` is what the caller asked for."""
+        if self._closing_reason is None and self._session_over():
+            self.session_ended = True
+            self._close("the SASL session ended without re-authentication")
         if not self.connected:
             raise self._disconnected()
         api_key, body, version = self._prepare(request, api_version)
@@ -308,10 +503,19 @@ class BrokerConnection:
         body = request.build(version) if isinstance(request, RequestBuilder) else request
         return api_key, body, version
 
-    async def _send_frame(self, body: Message, version: int) -> bytearray:
-        """Writes one request and waits for its response frame (no timeout of its own)."""
-        while not self._can_write.is_set():  # the broker is not reading: hold new requests
-            await self._can_write.wait()
+    async def _send_frame(self, body: Message, version: int, *,
+                          authenticating: bool = False) -> bytearray:
+        """Writes one request and waits for its response frame (no timeout of its own).
+        Unless `authenticating` (the SASL exchange's own requests), a request due to wait
+        for re-authentication waits for it."""
+        while True:
+            if not self._can_write.is_set():  # the broker is not reading: hold new requests
+                await self._can_write.wait()
+            elif not authenticating and self._closing_reason is None and (
+                    self._must_reauthenticate()):
+                await self._reauthenticated()
+            else:
+                break
         transport = self._transport
         if transport is None or self._closing_reason is not None:
             raise self._disconnected()
@@ -383,6 +587,10 @@ class BrokerConnection:
         return DisconnectedError(f"connection to {self.host}:{self.port} is closed: {reason}")
 
 
+def _error_name(code: int) -> str:
+    return ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
+
+
 class _ClientProtocol(asyncio.BufferedProtocol):
     """The transport's callbacks, read into a FrameReader: a large Fetch response is read
     straight into a buffer of its own."""
@@ -428,7 +636,8 @@ class _Node:
 class InterBrokerClient:
     """Connections to brokers by id, opened on first use and opened again after a backoff
     when they close. `send` never hangs: every wait in it (the backoff, connecting, the
-    answer) is bounded by its timeout."""
+    answer) is bounded by its timeout. `security` (TLS, SASL) applies to every connection:
+    a broker builds it once from its inter-broker listener (inter_broker_security)."""
 
     def __init__(
         self,
@@ -441,8 +650,10 @@ class InterBrokerClient:
         reconnect_backoff_max_ms: int = DEFAULT_RECONNECT_BACKOFF_MAX_MS,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         rng: random.Random | None = None,
+        security: InterBrokerSecurity | None = None,
     ) -> None:
         self.client_id = client_id
+        self.security = security  # TLS and SASL of every connection; None: PLAINTEXT
         self.request_timeout_ms = request_timeout_ms
         self.connection_setup_timeout_ms = connection_setup_timeout_ms
         self.reconnect_backoff_ms = reconnect_backoff_ms
@@ -502,9 +713,13 @@ class InterBrokerClient:
         connection = node.connection
         if connection is not None and connection.connected:
             return connection
-        if connection is not None:  # it closed: back off from when it did
-            assert connection.closed_at is not None
-            self._failed(node, connection.closed_at)
+        if connection is not None:
+            if connection.session_ended or connection.closed_at is None:
+                # Its SASL session ended while it sat idle: nothing failed, no backoff.
+                connection.session_ended = True
+                connection._close("the SASL session ended without re-authentication")
+            else:  # it closed: back off from when it did
+                self._failed(node, connection.closed_at)
             node.connection = None
         if node.connecting is None:
             task = asyncio.get_running_loop().create_task(self._connect(broker_id, node))
@@ -533,7 +748,7 @@ class InterBrokerClient:
                 node.host, node.port, client_id=self.client_id,
                 request_timeout_ms=self.request_timeout_ms,
                 connection_setup_timeout_ms=self.connection_setup_timeout_ms,
-                max_frame_size=self.max_frame_size)
+                max_frame_size=self.max_frame_size, security=self.security)
             try:
                 await connection.connect()
             except DisconnectedError as e:

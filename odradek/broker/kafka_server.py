@@ -33,6 +33,7 @@ from odradek.broker.config_manager import CLUSTER_DEFAULT_ENTITY, load_dynamic_b
 from odradek.broker.controller_channel import ControllerChannelManager
 from odradek.broker.inter_broker_apis import InterBrokerApis
 from odradek.broker.inter_broker_client import DisconnectedError, InterBrokerClient
+from odradek.broker.inter_broker_security import InterBrokerSecurity, inter_broker_security
 from odradek.broker.metadata_cache import Broker, MetadataCache
 from odradek.broker.producer_ids import ProducerIdManager
 from odradek.broker.replica_fetcher import FetcherConfig, ReplicaFetcherManager
@@ -62,7 +63,7 @@ from odradek.protocol.messages.controlled_shutdown_response import ControlledShu
 from odradek.security.acl_store import AclStore, EmbeddedAclStore, ZkAclStore
 from odradek.security.authorizer import AclAuthorizer, parse_super_users
 from odradek.security.credential_cache import CredentialCache
-from odradek.security.principal import ANONYMOUS
+from odradek.security.principal import ANONYMOUS, KafkaPrincipal
 from odradek.server.channel_builder import build_listener_security
 from odradek.server.config import BrokerConfig
 from odradek.server.network import BoundListener, SocketServer
@@ -85,6 +86,7 @@ class KafkaServer:
         self.log_manager: LogManager | None = None
         self.socket_server: SocketServer | None = None
         self.credentials = CredentialCache()  # SCRAM users, for the SASL listeners
+        self.inter_broker_security: InterBrokerSecurity | None = None  # TLS/SASL to peers
         self.acl_store: AclStore | None = None  # with an authorizer only
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
@@ -127,15 +129,10 @@ class KafkaServer:
         # SCRAM users, then each listener's TLS and SASL: a mistake in them stops the
         # broker here, before anything is served.
         self.credentials.load(await asyncio.to_thread(store.user_configs))
-        inter_broker = next(li for li in config.advertised_listeners
-                            if li.name == config.inter_broker_listener_name)
-        if zk_store is not None and inter_broker.security_protocol != "PLAINTEXT":
-            raise InvalidConfigError(
-                f"the inter-broker listener {inter_broker.name} is "
-                f"{inter_broker.security_protocol}: Odradek's brokers connect to each other "
-                "over PLAINTEXT for now, so set inter.broker.listener.name to a PLAINTEXT "
-                "listener (clients can still be required to use TLS and SASL on the others)",
-                key="inter.broker.listener.name")
+        # How this broker connects to the others: the inter-broker listener's TLS and
+        # SASL (sasl.mechanism.inter.broker.protocol, its JAAS line's username/password).
+        self.inter_broker_security = (inter_broker_security(config)
+                                      if zk_store is not None else None)
         security = {li.name: build_listener_security(config, li, self.credentials.lookup)
                     for li in config.listeners if li.security_protocol != "PLAINTEXT"}
         auth = await self._start_authorizer(config, zk_store)
@@ -164,7 +161,8 @@ class KafkaServer:
             listener = config.inter_broker_listener_name
             fetcher_manager = ReplicaFetcherManager(
                 config.node_id, lambda broker_id: cache.endpoint(broker_id, listener),
-                FetcherConfig.from_broker_config(config.get))
+                FetcherConfig.from_broker_config(config.get),
+                security=self.inter_broker_security)
         self.replica_manager = ReplicaManager(
             config.node_id, self.log_manager,
             replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"),
@@ -180,7 +178,8 @@ class KafkaServer:
         self.group_coordinator.startup()
         # Likewise for __transaction_state: leading one of its partitions loads its
         # transactions (and completes those a previous coordinator left half done).
-        self.marker_client = (InterBrokerClient(client_id=f"broker-{config.node_id}-txn-markers")
+        self.marker_client = (InterBrokerClient(client_id=f"broker-{config.node_id}-txn-markers",
+                                               security=self.inter_broker_security)
                               if zk_store is not None else None)
         group_coordinator = self.group_coordinator
         markers = TxnMarkerChannel(
@@ -197,7 +196,8 @@ class KafkaServer:
             self.kafka_controller = KafkaController(
                 config.node_id, zk_store,
                 ControllerChannelManager(InterBrokerClient(
-                    client_id=f"broker-{config.node_id}-controller")),
+                    client_id=f"broker-{config.node_id}-controller",
+                    security=self.inter_broker_security)),
                 inter_broker_listener=config.inter_broker_listener_name,
                 unclean_leader_election=lambda configs: config.log_config.with_overrides(
                     configs).unclean_leader_election_enable,
@@ -208,7 +208,8 @@ class KafkaServer:
                                            self.kafka_controller)
             self.alter_partition_manager = AlterPartitionManager(
                 config.node_id, lambda: self._controller_endpoint(cache),
-                InterBrokerClient(client_id=f"broker-{config.node_id}-alter-partition"),
+                InterBrokerClient(client_id=f"broker-{config.node_id}-alter-partition",
+                                  security=self.inter_broker_security),
                 self.replica_manager.alter_partition_completed)
             self.alter_partition_manager.start()
             self.replica_manager.alter_partition = self.alter_partition_manager.submit
@@ -222,7 +223,8 @@ class KafkaServer:
         self.txn_verifier = TransactionVerifier(
             config.node_id, cache, config.inter_broker_listener_name,
             self.transaction_coordinator,
-            InterBrokerClient(client_id=f"broker-{config.node_id}-txn-verification")
+            InterBrokerClient(client_id=f"broker-{config.node_id}-txn-verification",
+                              security=self.inter_broker_security)
             if zk_store is not None else None,
             enabled=config.get("transaction.partition.verification.enable"),
             request_timeout_ms=config.get("request.timeout.ms"))
@@ -267,7 +269,8 @@ class KafkaServer:
         LeaderAndIsr; tries again while partitions it leads have no other replica in sync."""
         config = self.config
         assert self.metadata_cache is not None
-        client = InterBrokerClient(client_id=f"broker-{config.node_id}-controlled-shutdown")
+        client = InterBrokerClient(client_id=f"broker-{config.node_id}-controlled-shutdown",
+                                   security=self.inter_broker_security)
         retries = config.get("controlled.shutdown.max.retries")
         try:
             for attempt in range(1, retries + 1):
@@ -337,14 +340,19 @@ class KafkaServer:
         if not config.get("authorizer.class.name"):
             return ALLOW_ALL
         super_users = parse_super_users(config.get("super.users") or "")
-        if zk_store is not None and ANONYMOUS not in super_users:
-            # Brokers send each other LeaderAndIsr, Fetch, AddPartitionsToTxn... which need
-            # CLUSTER_ACTION; over the PLAINTEXT inter-broker listener they are anonymous.
+        # Brokers send each other LeaderAndIsr, Fetch, AddPartitionsToTxn... which need
+        # CLUSTER_ACTION: the principal they connect as must be a super user, as in Kafka.
+        security = self.inter_broker_security
+        broker: KafkaPrincipal | None = None  # over SSL alone: its certificate's name
+        if zk_store is not None and security is None:
+            broker = ANONYMOUS
+        elif zk_store is not None and security is not None and security.sasl_mechanism:
+            broker = KafkaPrincipal.user(security.username or "")
+        if broker is not None and broker not in super_users:
             raise InvalidConfigError(
-                "with an authorizer in a cluster, super.users must hold User:ANONYMOUS: "
-                "Odradek's brokers talk to each other over the PLAINTEXT inter-broker "
-                "listener, as User:ANONYMOUS (keep that listener private)",
-                key="super.users")
+                f"with an authorizer in a cluster, super.users must hold {broker}: the "
+                "principal brokers connect to each other as on the inter-broker listener "
+                f"{config.inter_broker_listener_name}", key="super.users")
         authorizer = AclAuthorizer(
             super_users=super_users,
             allow_everyone_if_no_acl_found=config.get("allow.everyone.if.no.acl.found"))

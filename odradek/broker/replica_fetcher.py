@@ -45,6 +45,7 @@ from odradek.broker.inter_broker_client import (
     InterBrokerClient,
     RequestBuilder,
 )
+from odradek.broker.inter_broker_security import InterBrokerSecurity
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import CorruptRecordError, InvalidRecordError, KafkaError
@@ -754,9 +755,11 @@ class ReplicaFetcherManager:
 
     def __init__(self, node_id: int, endpoints: Endpoints,
                  config: FetcherConfig | None = None, *,
-                 client_factory: ClientFactory | None = None) -> None:
+                 client_factory: ClientFactory | None = None,
+                 security: InterBrokerSecurity | None = None) -> None:
         self.node_id = node_id
         self.config = config or FetcherConfig()
+        self.security = security  # the inter-broker listener's TLS and SASL
         self._endpoints = endpoints
         self._client_factory = client_factory or self._default_client
         self._fetchers: dict[int, ReplicaFetcher] = {}
@@ -766,7 +769,8 @@ class ReplicaFetcherManager:
 
     def _default_client(self, client_id: str) -> InterBrokerClient:
         return InterBrokerClient(client_id=client_id,
-                                 request_timeout_ms=self.config.socket_timeout_ms)
+                                 request_timeout_ms=self.config.socket_timeout_ms,
+                                 security=self.security)
 
     @property
     def fetchers(self) -> dict[int, ReplicaFetcher]:

@@ -64,9 +64,20 @@ class ScramApis:
     async def handle_describe(self, request: Request, context: RequestContext) -> Message:
         body = cast(DescribeUserScramCredentialsRequest, request.body)
         if not self.auth.authorize_cluster(context, AclOperation.DESCRIBE):
-            return describe_response.DescribeUserScramCredentialsResponse(
-                error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                error_message="Cluster authorization failed.")
+            # Kafka answers the error at the top and for each user asked for. librdkafka
+            # 2.x corrupts its memory on any top-level error of this response (a segfault
+            # or an abort in the client): users asked for by name get the error on their
+            # own results only, which every client reads; asking for all of them gets
+            # Kafka's answer.
+            denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            message = "Cluster authorization failed."
+            if not body.users:
+                return describe_response.DescribeUserScramCredentialsResponse(
+                    error_code=denied, error_message=message)
+            return describe_response.DescribeUserScramCredentialsResponse(results=[
+                describe_response.DescribeUserScramCredentialsResult(
+                    user=u.name, error_code=denied, error_message=message)
+                for u in body.users])
         stored = await asyncio.to_thread(self.store.user_configs)
         infos = {user: _credential_infos(configs) for user, configs in stored.items()}
         infos = {user: found for user, found in infos.items() if found}

@@ -4,8 +4,9 @@ Subcommands grow with the platform. Today: run a broker (`serve`) or a local clu
 (`cluster`); manage topics (`topics`), configs (`configs`), records (`records delete`), log
 dirs (`log-dirs`) and partitions (`partitions`); write and read records (`produce`,
 `consume`), inspect and manage consumer groups (`groups`) and transactions
-(`transactions`), measure a cluster (`perf`), all through librdkafka (and Odradek's own
-codec for the APIs it lacks, cli/wire.py); run the Spark pipelines and generate their input
+(`transactions`), manage ACLs (`acls`) and SCRAM users (`users`), measure a cluster
+(`perf`), all through librdkafka (and Odradek's own codec for the APIs it lacks,
+cli/wire.py); run the Spark pipelines and generate their input
 (`pipeline`); and for the protocol: what it speaks (`apis`), what an error code means
 (`errors`), and a look inside a captured request (`decode`).
 """
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 
 from odradek import __version__
 from odradek.cli import (
+    acls,
     cluster,
     configs,
     consume,
@@ -32,6 +34,7 @@ from odradek.cli import (
     serve,
     topics,
     transactions,
+    users,
 )
 from odradek.protocol.api_keys import API_SPECS
 from odradek.protocol.errors import ErrorCode
@@ -121,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     log_dirs.register(commands)
     perf.register(commands)
     transactions.register(commands)
+    acls.register(commands)
+    users.register(commands)
     return parser
 
 

@@ -272,6 +272,24 @@ def test_anonymous_plaintext_clients_may_do_nothing(broker: BrokerProcess) -> No
             ) in broker.log_text()
 
 
+def test_scram_users_need_rights_on_the_cluster(broker: BrokerProcess) -> None:
+    # (Not describe-all: librdkafka 2.x crashes on that response's top-level error, from
+    # Apache Kafka as from Odradek.)
+    with pytest.raises(KafkaException) as info:
+        admin(broker, "alice").describe_user_scram_credentials(["bob"])["bob"].result(TIMEOUT)
+    assert code(info.value.args[0]) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+    with pytest.raises(KafkaException) as info:
+        admin(broker, "alice").alter_user_scram_credentials([UserScramCredentialUpsertion(
+            "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"mine")])[
+            "alice"].result(TIMEOUT)
+    assert code(info.value.args[0]) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
 def test_acls_survive_a_restart(broker: BrokerProcess) -> None:
     topic = new_topic(broker)
     add_acls(broker, allow("User:bob", AclOperation.WRITE, ResourceType.TOPIC, topic))
