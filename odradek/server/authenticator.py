@@ -128,7 +128,7 @@ class SaslServerAuthenticator:
             self.state = SaslState.FAILED
             return Outcome(SaslHandshakeResponse(
                 error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=enabled),
-                close=True, error=f"Unsupported SASL mechanism {mechanism}")
+                close=True, error=f"Unsupported SASL mechanism {mechanism[:100]!r}")
         if self._previous is not None and mechanism != self._previous[0]:
             # Kafka answers the handshake, then fails the first token.
             self.state = SaslState.FAILED

@@ -594,11 +594,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if not authenticator.allows(api.api_key):
                 return self._refuse(authenticator.refusal(api.name))
         elif authenticator is not None:
-            if authenticator.expired():
-                return self._refuse("the SASL session expired (connections.max.reauth.ms or "
-                                    "the token's lifetime) without re-authentication")
+            # A SaslHandshake re-authenticates, even past the session's end (Kafka tries
+            # maybeBeginServerReauthentication first); anything else past it closes.
             if api.api_key == ApiKey.SASL_HANDSHAKE and authenticator.may_reauthenticate():
                 log.debug("connection %d from %s:%d re-authenticates", self.id, *self.peer)
+            elif authenticator.expired():
+                return self._refuse("the SASL session expired (connections.max.reauth.ms or "
+                                    "the token's lifetime) without re-authentication")
         if not handler.supports(api.api_key, version):
             if api.api_key == API_VERSIONS:
                 return encode_response_parts(

@@ -438,7 +438,7 @@ def _to_claims_map(split: str) -> dict[str, Any]:
         raise OAuthBearerValidationError("malformed Base64 URL encoded value") from None
     try:
         node = json.loads(decoded, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # e.g. [[[[...]]]] claims
         raise OAuthBearerValidationError("malformed JSON") from None
     if not isinstance(node, dict):
         return {}  # Jackson's fields() of a non-object: nothing
@@ -536,15 +536,24 @@ def _key_type_for(alg: str) -> str | None:
     return None
 
 
+def _jwks_keys(document: Any) -> list[dict[str, Any]]:
+    if not isinstance(document, Mapping) or not isinstance(document.get("keys"), list):
+        raise ValueError("The JSON JWKS content does not include the keys member.")
+    return [key for key in document["keys"] if isinstance(key, dict)]
+
+
 class JwksKeyResolver:
     """The verification keys of a JWKS, as Kafka's JwksFileVerificationKeyResolver (a file is
     read once, at start-up) and RefreshingHttpsJwksVerificationKeyResolver (an http(s) JWKS is
     fetched at start-up and again every refresh_ms; a token whose key id is unknown makes it
     refresh early, at most once a minute per key id).
 
-    There is no background thread: a refresh that is due happens in the call that notices it,
-    so a broker on an event loop should call ``refresh_if_due`` off the loop (it also happens,
-    blocking, inside validation when nobody did)."""
+    With ``background`` (the broker's http(s) JWKS), a refresh that is due, or asked for by an
+    unknown key id, runs on a thread of its own, one at a time, and the keys are swapped in
+    when it is done: a slow or hostile identity provider never holds the event loop the
+    authentications run on, and the token that asked fails now, as in Kafka (its
+    RefreshingHttpsJwks refreshes on an executor). Without it, the refresh happens in the
+    call that notices it."""
 
     MISSING_KEY_ID_CACHE_MAX_ENTRIES = 16
     MISSING_KEY_ID_CACHE_IN_FLIGHT_MS = 60000
@@ -558,6 +567,7 @@ class JwksKeyResolver:
         refresh_ms: int | None = None,
         retry_backoff_ms: int = DEFAULT_SASL_OAUTHBEARER_JWKS_ENDPOINT_RETRY_BACKOFF_MS,
         retry_backoff_max_ms: int = DEFAULT_SASL_OAUTHBEARER_JWKS_ENDPOINT_RETRY_BACKOFF_MAX_MS,
+        background: bool = False,
     ) -> None:
         if refresh_ms is not None and refresh_ms <= 0:
             raise ValueError(
@@ -575,6 +585,8 @@ class JwksKeyResolver:
         self._next_refresh_ms: int | None = None
         self._failed_refreshes = 0
         self._missing_key_ids: OrderedDict[str, int] = OrderedDict()
+        self._background = background
+        self._refreshing: threading.Thread | None = None
 
     def init(self, now_ms: int) -> None:
         """The first load; raises (OSError, ValueError, jwt.PyJWTError) when it fails."""
@@ -584,10 +596,7 @@ class JwksKeyResolver:
                 self._next_refresh_ms = now_ms + self._refresh_ms
 
     def _load(self) -> None:
-        document = self._fetch(self.location)
-        if not isinstance(document, Mapping) or not isinstance(document.get("keys"), list):
-            raise ValueError("The JSON JWKS content does not include the keys member.")
-        self._keys = [key for key in document["keys"] if isinstance(key, dict)]
+        self._keys = _jwks_keys(self._fetch(self.location))
         self._key_cache = {}
 
     def refresh_if_due(self, now_ms: int) -> None:
@@ -599,26 +608,57 @@ class JwksKeyResolver:
             self._refresh(now_ms)
 
     def _refresh(self, now_ms: int) -> bool:
-        assert self._refresh_ms is not None
+        """Call with the lock held. In the background: starts the fetch (unless one is
+        running) and answers False; the keys change when it is done."""
+        if self._background:
+            if self._refreshing is None or not self._refreshing.is_alive():
+                # Not again before the fetch is done (it moves this on when it ends).
+                self._next_refresh_ms = None
+                self._refreshing = threading.Thread(
+                    target=self._fetch_in_background, args=(now_ms,),
+                    name="jwks-refresh", daemon=True)
+                self._refreshing.start()
+            return False
         try:
             self._load()
         except Exception as e:
-            backoff = min(
-                self._retry_backoff_ms * 2**self._failed_refreshes, self._retry_backoff_max_ms
-            )
-            self._failed_refreshes += 1
-            self._next_refresh_ms = now_ms + max(backoff, 1)
-            log.warning(
-                "OAuth JWKS refresh of %s encountered an error; not updating local JWKS cache: %s",
-                self.location, e,
-            )
+            self._refresh_failed(now_ms, e)
             return False
+        self._refresh_done(now_ms)
+        return True
+
+    def _fetch_in_background(self, now_ms: int) -> None:
+        """The fetch, off the lock (validations go on with the keys there are), then the
+        keys swapped in under it."""
+        try:
+            document = self._fetch(self.location)
+            keys = _jwks_keys(document)
+        except Exception as e:
+            with self._lock:
+                self._refresh_failed(now_ms, e)
+            return
+        with self._lock:
+            self._keys, self._key_cache = keys, {}
+            self._refresh_done(now_ms)
+
+    def _refresh_failed(self, now_ms: int, e: Exception) -> None:
+        assert self._refresh_ms is not None
+        backoff = min(self._retry_backoff_ms * 2**self._failed_refreshes,
+                      self._retry_backoff_max_ms)
+        self._failed_refreshes += 1
+        self._next_refresh_ms = now_ms + max(backoff, 1)
+        log.warning(
+            "OAuth JWKS refresh of %s encountered an error; not updating local JWKS cache: %s",
+            self.location, e,
+        )
+
+    def _refresh_done(self, now_ms: int) -> None:
+        assert self._refresh_ms is not None
         self._failed_refreshes = 0
         self._next_refresh_ms = now_ms + self._refresh_ms
         for key in self._keys:
             self._missing_key_ids.pop(str(key.get("kid")), None)
         log.info("OAuth JWKS refresh of %s complete", self.location)
-        return True
 
     def maybe_expedite_refresh(self, key_id: str, now_ms: int) -> bool:
         """A token named a key we do not have: refresh now unless we did so for that key id in
@@ -979,6 +1019,7 @@ def _shared_key_resolver(
             refresh_ms=refresh_ms,
             retry_backoff_ms=backoff_ms,
             retry_backoff_max_ms=backoff_max_ms,
+            background=refresh_ms is not None,  # http(s): off the event loop
         )
         try:
             resolver.init(now_ms)
