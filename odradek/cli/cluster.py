@@ -18,6 +18,12 @@ server.properties: the broker rejoins, and its replicas catch up and go back int
 ISRs. A broker still running is first stopped with a controlled shutdown (a rolling
 restart, one broker at a time).
 
+With --secure (odradek.cli.cluster_security), the brokers speak SASL_SSL with
+SCRAM-SHA-512 only, to each other on an INTERNAL listener and to clients on a CLIENT one
+(--port-base's ports), certificates from a private CA in DIR/security and an ACL
+authorizer; `up` asks the brokers itself as the super user `admin`, whose librdkafka
+settings it prints and writes to DIR/client.properties.
+
 `status` asks any cluster (Odradek or Apache Kafka) through librdkafka: the cluster id,
 the controller, the live brokers, and the partitions that are under-replicated (an ISR
 smaller than the replica set) or offline (no leader); its exit status says whether some
@@ -57,6 +63,13 @@ from odradek.cli.client import (
     positive_int,
     wait_all,
 )
+from odradek.cli.cluster_security import (
+    CLIENT_LISTENER,
+    CLIENT_PROPERTIES,
+    INTERNAL_LISTENER,
+    Security,
+    prepare,
+)
 from odradek.cli.output import print_json, print_table
 from odradek.cluster.zookeeper_server import ZooKeeperServer, ZooKeeperUnavailableError
 
@@ -76,7 +89,7 @@ RESTART_ANSWER_TIMEOUT_S = STOP_TIMEOUT_S + STALE_SESSION_TIMEOUT_S + START_TIME
 PER_BROKER_SETTINGS = frozenset({"broker.id", "node.id", "listeners", "advertised.listeners",
                                  "log.dirs", "log.dir", "zookeeper.connect"})
 
-_LISTENING = re.compile(rb"listening on PLAINTEXT://\S*:(\d+)")
+_LISTENING = re.compile(rb"listening on (\w+)://\S*:(\d+)")
 # The lines of a broker's log that say why it failed: an exception's, or an ERROR record.
 _ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception)\b|\S+ \S+ ERROR )")
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
@@ -99,6 +112,10 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                     help="ZooKeeper's client port (default 2181); 0: a free port")
     up.add_argument("--set", dest="settings", metavar="KEY=VALUE", action="append",
                     default=[], help="a broker setting for every broker (repeatable)")
+    up.add_argument("--secure", action="store_true",
+                    help="TLS and SCRAM-SHA-512 between the brokers and for clients, with "
+                    "an ACL authorizer: certificates and users made in DIR/security, the "
+                    f"client settings (the super user admin) in DIR/{CLIENT_PROPERTIES}")
     up.set_defaults(run=run_up)
 
     restart = actions.add_parser(
@@ -258,12 +275,17 @@ class _Broker:
     port it bound and its start are read from."""
 
     def __init__(self, broker_id: int, port: int, log_file: Path,
-                 settings: Mapping[str, str]) -> None:
+                 settings: Mapping[str, str], listener: str = "PLAINTEXT",
+                 client: Mapping[str, str] | None = None) -> None:
         self.broker_id = broker_id
         self.requested_port = port  # 0: a free one
         self.log_file = log_file
-        self.port: int | None = None  # the one it bound
+        self.listener = listener  # the clients' (and `up`'s)
+        self.client = dict(client or {})  # librdkafka's settings to ask it, but the address
+        self.port: int | None = None  # the one its client listener bound
+        self.ports: dict[str, int] = {}  # each listener's
         self.reported = False  # its exit, once it exited
+        self._up = False  # listening and started
         self._started = re.compile(rb"broker %d started" % broker_id)
         argv = [sys.executable, "-m", "odradek", "serve"]
         for key, value in settings.items():
@@ -282,6 +304,11 @@ class _Broker:
     def address(self) -> str:
         port = self.port or self.requested_port
         return f"127.0.0.1:{port}" if port else "a free port on 127.0.0.1"
+
+    def admin(self) -> AdminClient:
+        """An admin client of this broker alone."""
+        return AdminClient({**self.client, "bootstrap.servers": f"127.0.0.1:{self.port}",
+                            "log_level": 0})
 
     def line(self) -> str:
         """What `up` prints of a started broker."""
@@ -310,10 +337,14 @@ class _Broker:
         if not self.running:
             self.reported = True
             raise CliError(self.failure("while starting"))
+        if self._up:
+            return True
         text = self.output()
-        if self.port is None and (m := _LISTENING.search(text)) is not None:
-            self.port = int(m.group(1))
-        return self.port is not None and self._started.search(text) is not None
+        # Every listener is bound before the broker says it started.
+        self.ports = {m.group(1).decode(): int(m.group(2)) for m in _LISTENING.finditer(text)}
+        self.port = self.ports.get(self.listener)
+        self._up = self.port is not None and self._started.search(text) is not None
+        return self._up
 
     def stop(self, signals: _Signals) -> bool:
         """SIGTERM (a controlled shutdown, then a clean stop); SIGKILL after STOP_TIMEOUT_S
@@ -352,8 +383,10 @@ class _Cluster:
     (and started again) with the same settings, port and log dir."""
 
     def __init__(self, data_dir: Path, settings: Mapping[str, str],
-                 zookeeper: ZooKeeperServer, pids: _Pids, signals: _Signals) -> None:
+                 zookeeper: ZooKeeperServer, pids: _Pids, signals: _Signals,
+                 security: Security | None = None) -> None:
         self.data_dir = data_dir
+        self.security = security
         self.settings = dict(settings)
         self.zookeeper = zookeeper
         self.pids = pids
@@ -361,14 +394,21 @@ class _Cluster:
         self.connect = f"{zookeeper.connect_string}{CHROOT}"
         self.brokers: dict[int, _Broker] = {}
 
-    def start_broker(self, broker_id: int, port: int) -> _Broker:
+    def start_broker(self, broker_id: int, port: int, internal_port: int = 0) -> _Broker:
+        """Broker `broker_id` on `port` (and, secure, its inter-broker listener on
+        `internal_port`); 0: a free one."""
         log_file = self.data_dir / f"broker-{broker_id}.log"
+        settings = {**self.settings, "listeners": f"PLAINTEXT://127.0.0.1:{port}"}
+        listener, client = "PLAINTEXT", {}
+        if self.security is not None:
+            settings = {**self.security.broker_settings(broker_id, port, internal_port),
+                        **self.settings}
+            listener, client = CLIENT_LISTENER, self.security.client_config()
         try:
             broker = _Broker(broker_id, port, log_file, {
-                **self.settings, "broker.id": str(broker_id),
-                "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                **settings, "broker.id": str(broker_id),
                 "log.dirs": str(self.data_dir / f"broker-{broker_id}"),
-                "zookeeper.connect": self.connect})
+                "zookeeper.connect": self.connect}, listener, client)
         except OSError as e:
             raise CliError(f"cannot start broker {broker_id}: {e.strerror or e} "
                            f"({log_file})") from e
@@ -405,7 +445,8 @@ class _Cluster:
             _wait_gone(broker_id, other, self.signals)
         self.signals.check()
         say(f"starting broker {broker_id} on {old.address}")
-        broker = self.start_broker(broker_id, old.port or old.requested_port)
+        broker = self.start_broker(broker_id, old.port or old.requested_port,
+                                   old.ports.get(INTERNAL_LISTENER, 0))
         deadline = time.monotonic() + START_TIMEOUT_S
         _wait_started([broker], deadline, self.signals)
         _wait_for_membership(self.running(), deadline, self.signals)
@@ -514,8 +555,10 @@ def run_up(args: argparse.Namespace) -> int:
         control = _Control(data_dir)
         signals = _Signals()
         previous = {sig: signal.signal(sig, signals) for sig in _SIGNALS}
+        security = prepare(data_dir, range(1, len(ports) + 1)) if args.secure else None
         try:
-            return _run_cluster(args, data_dir, ports, settings, signals, pids, control)
+            return _run_cluster(args, data_dir, ports, settings, signals, pids, control,
+                                security)
         finally:  # every process it started has stopped
             control.close()
             pids.remove()
@@ -525,7 +568,7 @@ def run_up(args: argparse.Namespace) -> int:
 
 def _run_cluster(args: argparse.Namespace, data_dir: Path, ports: list[int],
                  settings: dict[str, str], signals: _Signals, pids: _Pids,
-                 control: _Control) -> int:
+                 control: _Control, security: Security | None = None) -> int:
     zookeeper = ZooKeeperServer(data_dir / "zookeeper", args.zookeeper_port)
     try:
         zookeeper.start()
@@ -533,11 +576,13 @@ def _run_cluster(args: argparse.Namespace, data_dir: Path, ports: list[int],
         raise CliError(f"cannot start ZooKeeper: {e}") from e
     assert zookeeper.pid is not None
     pids.add("zookeeper", zookeeper.pid)
-    cluster = _Cluster(data_dir, settings, zookeeper, pids, signals)
+    cluster = _Cluster(data_dir, settings, zookeeper, pids, signals, security)
     code = 0
     try:
         signals.check()
         _wait_for_stale_registrations(zookeeper, range(1, len(ports) + 1), signals, _say)
+        if security is not None:  # the brokers' own user first, as Kafka needs it
+            security.create_users(cluster.connect)
         for broker_id, port in enumerate(ports, 1):
             cluster.start_broker(broker_id, port)
         brokers = list(cluster.brokers.values())
@@ -548,7 +593,10 @@ def _run_cluster(args: argparse.Namespace, data_dir: Path, ports: list[int],
               flush=True)
         for broker in brokers:
             print(broker.line(), flush=True)
-        print(f"bootstrap: {','.join(f'127.0.0.1:{b.port}' for b in brokers)}", flush=True)
+        bootstrap = ",".join(f"127.0.0.1:{b.port}" for b in brokers)
+        print(f"bootstrap: {bootstrap}", flush=True)
+        if security is not None:
+            _print_client_settings(security, data_dir / CLIENT_PROPERTIES, bootstrap)
         _watch(cluster, control, signals)
         control.close()  # a request from now on is told at once
         print("stopping", flush=True)
@@ -566,6 +614,22 @@ def _run_cluster(args: argparse.Namespace, data_dir: Path, ports: list[int],
                        f"{'it' if len(killed) == 1 else 'they'} stopped cleanly; see "
                        f"{', '.join(str(b.log_file) for b in killed)}")
     return code
+
+
+def _print_client_settings(security: Security, path: Path, bootstrap: str) -> None:
+    """Writes DIR/client.properties and says what it holds and how to use it."""
+    try:
+        text = security.write_client_properties(path, bootstrap)
+    except OSError as e:
+        raise CliError(f"cannot write {path}: {e.strerror or e}") from e
+    print(f"secure: SASL_SSL with {security.client_config()['sasl.mechanism']} on every "
+          f"listener ({INTERNAL_LISTENER} between the brokers), ACLs on; client settings "
+          f"(the super user admin) in {path}:", flush=True)
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            print(f"  {line}", flush=True)
+    print(f"use them with: odradek topics list --command-config {path}  or  "
+          f"kcat -F {path} -L", flush=True)
 
 
 def _say(text: str) -> None:
@@ -638,7 +702,7 @@ def _wait_for_membership(brokers: list[_Broker], deadline: float, signals: _Sign
     """Until every broker's Metadata lists every broker: the cluster is formed."""
     ids = {b.broker_id for b in brokers}
     for broker in brokers:
-        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}", "log_level": 0})
+        admin = broker.admin()
         seen: set[int] = set()
         while True:
             broker.started()  # a CliError if it exited
@@ -717,7 +781,7 @@ def _wait_gone(gone: int, broker: _Broker, signals: _Signals, timeout: float = 1
     """Until `broker`'s Metadata no longer lists broker `gone`, for `timeout` at most."""
     if broker.port is None:
         return
-    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}", "log_level": 0})
+    admin = broker.admin()
     deadline = time.monotonic() + timeout
     while broker.running and not signals.forced and time.monotonic() < deadline:
         with contextlib.suppress(KafkaException):
@@ -731,7 +795,7 @@ def _controller(brokers: list[_Broker]) -> int | None:
     for broker in brokers:
         if broker.port is None:
             continue
-        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}", "log_level": 0})
+        admin = broker.admin()
         try:
             controller: int = admin.list_topics(timeout=5).controller_id
         except KafkaException:

@@ -450,6 +450,23 @@ def test_oauthbearer_with_unsecured_and_signed_tokens(broker: BrokerProcess,
     assert sum(end_offsets(broker, signed_topic)) == 3
 
 
+def test_debians_kcat_over_sasl_ssl_with_scram(broker: BrokerProcess,
+                                               tls: dict[str, Any]) -> None:
+    """kcat (librdkafka 2.0: its SCRAM final message repeats its nonce in front, which
+    Kafka accepts) produces and consumes over SASL_SSL."""
+    import subprocess
+
+    topic = new_topic(broker)
+    settings = ["-b", broker.address("SASL_SSL"), "-X", "security.protocol=SASL_SSL",
+                "-X", f"ssl.ca.location={tls['ca']}", "-X", "sasl.mechanisms=SCRAM-SHA-512",
+                "-X", f"sasl.username={SCRAM_USER}", "-X", f"sasl.password={SCRAM_PASSWORD}"]
+    subprocess.run(["kcat", "-P", "-t", topic, "-p", "0", *settings], input=b"one\ntwo\n",
+                   check=True, timeout=30)
+    out = subprocess.run(["kcat", "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e",
+                          *settings], capture_output=True, check=True, timeout=30).stdout
+    assert out.split() == [b"one", b"two"]
+
+
 def test_inter_broker_requests_are_refused_on_client_listeners(broker: BrokerProcess,
                                                                tls: dict[str, Any]) -> None:
     """WriteTxnMarkers sent to a client listener (here SASL_PLAINTEXT, authenticated as a

@@ -371,7 +371,10 @@ class ScramSaslServer:
         if client_final.channel_binding != self._client_first.gs2_header.encode("utf-8"):
             # RFC 5802: without channel binding, c= carries the gs2 header ("biws" for "n,,").
             raise _ScramError("Invalid channel binding in the final client message.")
-        if client_final.nonce != self._nonce:
+        # As Kafka's ScramSaslServer: the nonce must end with the one the server sent (RFC
+        # 5802 wants it whole, but librdkafka before 2.6.1, Debian's kcat among them, puts
+        # more in front). It is in the AuthMessage the proof covers: nothing is weakened.
+        if not client_final.nonce.endswith(self._nonce):
             raise _ScramError("Invalid client nonce in the final client message.")
         auth_message = ",".join(
             (self._client_first.bare, self._server_first, client_final.without_proof)
