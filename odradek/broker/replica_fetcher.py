@@ -802,7 +802,10 @@ class ReplicaFetcherManager:
         and starts over (with truncation) otherwise, moving fetchers if the leader moved.
         Call on the event loop."""
         if self._shut_down:
-            raise RuntimeError("the replica fetcher manager is shut down")
+            # The broker is stopping: a LeaderAndIsr that arrives now (the controller does
+            # not know yet) has nothing left to start; the next start follows as told then.
+            log.debug("not following %d partitions: the fetchers are shut down", len(states))
+            return
         for tp, initial in states.items():
             old = self._leaders.get(tp)
             if old is not None and old != initial.leader_id:
