@@ -17,6 +17,7 @@ from odradek.broker.admin import AdminManager
 from odradek.broker.apis import KafkaApis, supported_range
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.producer_ids import ProducerIdManager
+from odradek.broker.quota_apis import QuotaApis
 from odradek.broker.scram_apis import ScramApis
 from odradek.coordinator.group.apis import GroupApis
 from odradek.coordinator.transaction.transaction_coordinator import TransactionCoordinator
@@ -340,7 +341,8 @@ def test_api_versions_and_broker_md_list_exactly_what_is_served(client: Client) 
     apis = KafkaApis(config, h.replica_manager, h.controller,
                      AdminManager(config, h.controller, h.replica_manager), coordinator,
                      h.coordinator, MetadataCache(config.node_id, "cluster"),
-                     scram=ScramApis(h.controller.store, CredentialCache()))
+                     scram=ScramApis(h.controller.store, CredentialCache()),
+                     quota_apis=QuotaApis(h.controller.store))
     versions_response: Any = apis.handle_api_versions(None, None)  # type: ignore[arg-type]
     advertised = {v.api_key: (v.min_version, v.max_version)
                   for v in versions_response.api_keys}

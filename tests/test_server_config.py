@@ -800,7 +800,7 @@ def test_every_kafka_39_broker_config_is_accepted(caplog: pytest.LogCaptureFixtu
         BROKER_CONFIGS[name].coerce(props[name]))}
     assert warned == ignored
     assert {"sasl.kerberos.min.time.before.relogin", "inter.broker.protocol.version",
-            "num.network.threads", "quota.window.num"} <= warned
+            "num.network.threads", "replication.quota.window.num"} <= warned
     assert "log.message.format.version" not in warned  # 3.0-IV1 asks for v2: no change
     assert "num.partitions" not in warned and "log.retention.hours" not in warned
 

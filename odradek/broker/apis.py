@@ -30,6 +30,7 @@ from odradek.broker.inter_broker_apis import InterBrokerApis
 from odradek.broker.inter_broker_guard import INTER_BROKER_APIS
 from odradek.broker.inter_broker_guard import refused as inter_broker_refused
 from odradek.broker.metadata_cache import MetadataCache
+from odradek.broker.quota_apis import QuotaApis
 from odradek.broker.replica_manager import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -170,8 +171,11 @@ class KafkaApis:
                  inter_broker: InterBrokerApis | None = None,
                  txn_verifier: TransactionVerifier | None = None,
                  scram: ScramApis | None = None, auth: AuthHelper = ALLOW_ALL,
-                 acl_store: AclStore | None = None) -> None:
+                 acl_store: AclStore | None = None,
+                 quota_apis: QuotaApis | None = None) -> None:
         self.config = config
+        # Client quotas (KIP-13): produce and fetch bytes per user and client id.
+        self.quotas = quota_apis.quotas if quota_apis is not None else None
         self.auth = auth  # every handler asks it (Kafka's AuthHelper)
         self.txn_verifier = txn_verifier  # KIP-890: None verifies nothing
         self.metadata_cache = metadata_cache
@@ -199,6 +203,9 @@ class KafkaApis:
         if scram is not None:
             scram.auth = auth
             handlers.update(scram.handlers())
+        if quota_apis is not None:
+            quota_apis.auth = auth
+            handlers.update(quota_apis.handlers())
         # CreateAcls, DescribeAcls, DeleteAcls: SECURITY_DISABLED without an authorizer.
         authorizer = auth.authorizer
         handlers.update(AclApis(authorizer, acl_store if authorizer is not None else None,
@@ -445,6 +452,11 @@ class KafkaApis:
             await self._verify_transaction(verifier, body.transactional_id,
                                            request.api_version, entries, errors)
         results = await self.replica_manager.produce(acks, body.timeout_ms, entries)
+        throttle_ms = 0
+        if self.quotas is not None:  # the request's bytes, as Kafka counts them
+            throttle_ms = self.quotas.produce.record(context.principal.name, context.client_id,
+                                                     context.frame_size)
+            context.throttle_ms = throttle_ms
         if acks == 0:
             if errors or any(r.error_code for r in results.values()):
                 # Kafka's answer to a failed acks=0 produce: the producer notices the close.
@@ -474,7 +486,7 @@ class KafkaApis:
         return produce_response.ProduceResponse(responses=[
             produce_response.TopicProduceResponse(name=n, partition_responses=ps)
             for n, ps in responses.items()
-        ])
+        ], throttle_time_ms=throttle_ms)
 
     def _produce_denied(self, body: ProduceRequest, context: RequestContext
                         ) -> dict[str, int] | None:
@@ -615,9 +627,18 @@ class KafkaApis:
         # is answered TOPIC_AUTHORIZATION_FAILED and not read.
         allowed = self._fetch_allowed(reads, replica_id, context)
         permitted = reads if allowed is None else [r for r in reads if r[0][0] in allowed]
+        max_bytes = min(body.max_bytes, self.config.fetch_max_bytes)
+        # A consumer's fetch is held to its consumer_byte_rate (followers' are not): it
+        # reads at most a quota window's worth (Kafka's getMaxValueInQuotaWindow).
+        quotas = self.quotas if replica_id < 0 and self.quotas is not None else None
+        if quotas is not None and quotas.fetch.enabled:
+            window = quotas.fetch.max_value_in_window(context.principal.name,
+                                                      context.client_id)
+            if window < max_bytes:
+                max_bytes = max(int(window), 1)
         results = await self.replica_manager.fetch_messages(
             replica_id=replica_id, max_wait_ms=body.max_wait_ms, min_bytes=body.min_bytes,
-            max_bytes=min(body.max_bytes, self.config.fetch_max_bytes),
+            max_bytes=max_bytes,
             isolation_level=body.isolation_level, requests=permitted,
         ) if permitted or not reads else []
         if allowed is not None and len(permitted) < len(reads):
@@ -657,6 +678,18 @@ class KafkaApis:
             else:
                 responses.append(fetch_response.FetchableTopicResponse(
                     topic=name, topic_id=topic_id if by_id else ZERO_UUID, partitions=[data]))
+        if quotas is not None and quotas.fetch.enabled:
+            user, client_id = context.principal.name, context.client_id
+            size = sum(len(p.records or b"") for t in responses for p in t.partitions)
+            throttle_ms = quotas.fetch.record(user, client_id, size)
+            if throttle_ms > 0:
+                # Kafka's throttled fetch: the bytes read are not counted, and not sent (an
+                # empty response, as its FetchContext.getThrottledResponse).
+                quotas.fetch.unrecord(user, client_id, size)
+                context.throttle_ms = throttle_ms
+                return fetch_response.FetchResponse(
+                    throttle_time_ms=throttle_ms, responses=[],
+                    session_id=context_.session_id if body.session_id else 0)
         return fetch_response.FetchResponse(session_id=context_.session_id, responses=responses)
 
     def _fetch_allowed(self, reads: list[tuple[tuple[str, int], FetchPartitionRequest]],

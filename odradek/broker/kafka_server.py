@@ -36,6 +36,7 @@ from odradek.broker.inter_broker_client import DisconnectedError, InterBrokerCli
 from odradek.broker.inter_broker_security import InterBrokerSecurity, inter_broker_security
 from odradek.broker.metadata_cache import Broker, MetadataCache
 from odradek.broker.producer_ids import ProducerIdManager
+from odradek.broker.quota_apis import QuotaApis
 from odradek.broker.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.scram_apis import ScramApis
@@ -67,6 +68,7 @@ from odradek.security.principal import ANONYMOUS, KafkaPrincipal
 from odradek.server.channel_builder import build_listener_security
 from odradek.server.config import BrokerConfig
 from odradek.server.network import BoundListener, SocketServer
+from odradek.server.quota_manager import QuotaManagers
 from odradek.storage.checkpoints import write_durably
 from odradek.storage.config import LogConfig
 from odradek.storage.errors import InvalidConfigError, StorageError
@@ -88,6 +90,8 @@ class KafkaServer:
         self.credentials = CredentialCache()  # SCRAM users, for the SASL listeners
         self.inter_broker_security: InterBrokerSecurity | None = None  # TLS/SASL to peers
         self.acl_store: AclStore | None = None  # with an authorizer only
+        self.quotas: QuotaManagers | None = None
+        self.quota_apis: QuotaApis | None = None
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
@@ -228,10 +232,16 @@ class KafkaServer:
             if zk_store is not None else None,
             enabled=config.get("transaction.partition.verification.enable"),
             request_timeout_ms=config.get("request.timeout.ms"))
+        # Client quotas (KIP-13, KIP-55): the stored ones, before the listeners open.
+        self.quotas = QuotaManagers(samples=config.get("quota.window.num"),
+                                    window_s=config.get("quota.window.size.seconds"))
+        self.quota_apis = QuotaApis(store, self.quotas)
+        await self.quota_apis.reload()
         apis = KafkaApis(config, self.replica_manager, controller, admin,
                          self.transaction_coordinator, self.group_coordinator, cache,
                          inter_broker, self.txn_verifier,
-                         ScramApis(store, self.credentials), auth, self.acl_store)
+                         ScramApis(store, self.credentials), auth, self.acl_store,
+                         self.quota_apis)
         self.socket_server = SocketServer(
             apis, max_frame_size=config.socket_request_max_bytes,
             connections_max_idle_ms=config.connections_max_idle_ms,
@@ -329,8 +339,10 @@ class KafkaServer:
                 self._in_background(self._reload_topic_configs(name))
             elif kind == "brokers" and name in (CLUSTER_DEFAULT_ENTITY, str(self.config.node_id)):
                 self._in_background(self._reload_broker_configs())
-            elif kind == "users":
+            if kind == "users" and "/" not in name:
                 self._in_background(self._reload_user(desanitize(name)))
+            if kind in ("users", "clients") and self.quota_apis is not None:
+                self._in_background(self.quota_apis.reload())  # client quotas
 
     async def _start_authorizer(self, config: BrokerConfig,
                                 zk_store: ZooKeeperMetadataStore | None) -> AuthHelper:

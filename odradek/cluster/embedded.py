@@ -21,7 +21,12 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from odradek.cluster.metadata import TopicMetadata
+from odradek.cluster.metadata import (
+    QuotaEntity,
+    TopicMetadata,
+    quota_entity_from_path,
+    quota_entity_path,
+)
 from odradek.storage.checkpoints import write_durably
 from odradek.storage.errors import StorageError
 
@@ -41,6 +46,8 @@ class EmbeddedMetadataStore:
         self._topics: dict[str, str] = {}  # name -> the topic's JSON
         self._broker_configs: dict[str, str] = {}
         self._user_configs: dict[str, dict[str, str]] = {}
+        # Client quotas by entity path (users/<user>[/clients/<id>], clients/<id>).
+        self._quota_configs: dict[str, dict[str, str]] = {}
         self._next_producer_id = 0
         self.cluster_id = ""
         self._lock = threading.Lock()  # one change and its write at a time
@@ -63,6 +70,7 @@ class EmbeddedMetadataStore:
                         for n, t in data["topics"].items()}
         self._broker_configs = dict(data.get("broker_configs", {}))
         self._user_configs = {u: dict(c) for u, c in data.get("user_configs", {}).items()}
+        self._quota_configs = {e: dict(c) for e, c in data.get("quota_configs", {}).items()}
         self._next_producer_id = int(data.get("next_producer_id", 0))
 
     def _save(self) -> None:
@@ -72,6 +80,7 @@ class EmbeddedMetadataStore:
             "next_producer_id": self._next_producer_id,
             "broker_configs": dict(sorted(self._broker_configs.items())),
             "user_configs": dict(sorted(self._user_configs.items())),
+            "quota_configs": dict(sorted(self._quota_configs.items())),
         }, indent=1)
         lines = [f"  {json.dumps(n)}: {encoded}" for n, encoded in sorted(self._topics.items())]
         topics = "{\n" + ",\n".join(lines) + "\n }" if lines else "{}"
@@ -143,6 +152,32 @@ class EmbeddedMetadataStore:
                         configs[name] = value
                 if not configs:
                     del self._user_configs[user]
+            self._save_or_undo()
+
+    def quota_configs(self) -> dict[QuotaEntity, dict[str, str]]:
+        with self._lock:
+            stored = {e: dict(c) for e, c in self._quota_configs.items()}
+        found = {}
+        for path, configs in stored.items():
+            entity = quota_entity_from_path(path)
+            if entity is not None:
+                found[entity] = configs
+        return found
+
+    def alter_quota_configs(self, changes: Mapping[QuotaEntity, Mapping[str, str | None]]
+                            ) -> None:
+        """Sets (or, for None, removes) quota configs of entities, in one write."""
+        with self._lock:
+            for entity, updates in changes.items():
+                path = quota_entity_path(entity)
+                configs = self._quota_configs.setdefault(path, {})
+                for name, value in updates.items():
+                    if value is None:
+                        configs.pop(name, None)
+                    else:
+                        configs[name] = value
+                if not configs:
+                    del self._quota_configs[path]
             self._save_or_undo()
 
     def allocate_producer_ids(self, count: int) -> int:

@@ -7,6 +7,7 @@ replicas), as Kafka keeps them in /brokers/topics/<t>/partitions/<p>/state.
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -77,6 +78,13 @@ class TopicMetadata:
         )
 
 
+# A client quota entity (KIP-546): ("user", name) and/or ("client-id", name) pairs, users
+# first, a None name being <default>.
+QuotaEntity = tuple[tuple[str, str | None], ...]
+QUOTA_CONFIG_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage",
+                     "controller_mutation_rate")
+
+
 class MetadataStore(Protocol):
     """Where the cluster's metadata lives. Every change is durable when the call returns."""
 
@@ -102,6 +110,55 @@ class MetadataStore(Protocol):
         """Sets (or, for None, removes) configs of users."""
         ...
 
+    def quota_configs(self) -> dict[QuotaEntity, dict[str, str]]:
+        """Each client quota entity's quota configs (producer_byte_rate...)."""
+        ...
+
+    def alter_quota_configs(self, changes: Mapping[QuotaEntity, Mapping[str, str | None]]
+                            ) -> None:
+        """Sets (or, for None, removes) quota configs of entities, in one change."""
+        ...
+
     def allocate_producer_ids(self, count: int) -> int:
         """Reserves `count` producer ids for this broker; returns the first."""
         ...
+
+
+def sanitize(name: str) -> str:
+    """A user or client id as a znode name: Kafka's Sanitizer (URL encoding, with "*" as
+    %2A and a space as %20)."""
+    return urllib.parse.quote(name, safe="._-").replace("~", "%7E")
+
+
+def desanitize(name: str) -> str:
+    return urllib.parse.unquote(name)
+
+
+DEFAULT_ENTITY = "<default>"  # /config/users/<default>, /config/clients/<default>
+_ENTITY_TYPES = {"user": "users", "client-id": "clients"}
+_ENTITY_NAMES = {v: k for k, v in _ENTITY_TYPES.items()}
+
+
+def quota_entity_path(entity: tuple[tuple[str, str | None], ...]) -> str:
+    """A quota entity's path under /config, as in its change notification: users/<user>,
+    users/<user>/clients/<client-id>, clients/<client-id> (names sanitized, None being
+    <default>)."""
+    return "/".join(f"{_ENTITY_TYPES[kind]}/{DEFAULT_ENTITY if name is None else sanitize(name)}"
+                    for kind, name in entity)
+
+
+def quota_entity_from_path(path: str) -> tuple[tuple[str, str | None], ...] | None:
+    """The quota entity of a path quota_entity_path made (None: not one)."""
+    parts = path.split("/")
+    if len(parts) not in (2, 4) or any(not p for p in parts):
+        return None
+    entity = []
+    for i in range(0, len(parts), 2):
+        kind = _ENTITY_NAMES.get(parts[i])
+        if kind is None:
+            return None
+        entity.append((kind, None if parts[i + 1] == DEFAULT_ENTITY
+                       else desanitize(parts[i + 1])))
+    if len(entity) == 2 and [k for k, _ in entity] != ["user", "client-id"]:
+        return None
+    return tuple(entity)

@@ -528,8 +528,8 @@ _AREAS = {
     "server": ("Broker ids",
                "Odradek does not generate broker ids: node.id (or broker.id) is set, or 1"),
     "quota": ("Quotas and connection limits",
-              "Odradek does not enforce quotas, replication throttles or connection limits "
-              "yet"),
+              "Odradek enforces client quotas (quota.window.num, quota.window.size.seconds) "
+              "but not replication throttles or connection limits yet"),
     "metrics": ("Metrics reporters",
                 "Odradek serves its metrics at /metrics on its HTTP listener (Prometheus), "
                 "not through Java reporters or JMX"),
@@ -571,6 +571,11 @@ _JAVA_ONLY = frozenset({
     "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms",
 })
 _SECURITY_DOCS = {
+    # Client quotas (odradek/server/quota_manager.py): the rates' windows.
+    "quota.window.num": "The number of samples client quota rates are measured over "
+    "(producer_byte_rate, consumer_byte_rate, request_percentage), as in Kafka.",
+    "quota.window.size.seconds": "The time span of each sample client quota rates are "
+    "measured over, as in Kafka.",
     "ssl.keystore.type": "The format of the listener's key and certificate chain: PEM or "
     "PKCS12 (a JKS keystore is refused: convert it with keytool).",
     "ssl.keystore.location": "The keystore file: PEM (the private key and its certificate "
@@ -682,7 +687,9 @@ def _kafka_keys(known: Iterable[str]) -> list[BrokerKey]:
     known = set(known)
     order = list(_AREAS)
     configs = [c for c in KAFKA_39_BROKER_CONFIGS.values() if c.name not in known]
-    return [_kafka_key(c) for c in sorted(configs, key=lambda c: (order.index(c.area), c.name))]
+    # The quota settings with an effect (client quotas') head their area's.
+    return [_kafka_key(c) for c in sorted(configs, key=lambda c: (
+        order.index(c.area), c.area == "quota" and c.name not in _SECURITY_DOCS, c.name))]
 
 
 def _build_table() -> Mapping[str, BrokerKey]:

@@ -57,6 +57,11 @@ _LOG_INTERVAL_S = 10.0  # at most one "connections wait for memory" line per thi
 # Why a connection's socket is not read (a connection may be paused for both).
 _QUEUE_FULL = "queue"
 _MEMORY_FULL = "memory"
+_THROTTLED = "throttled"  # a client over its quota (KIP-219): not read for the throttle time
+# The versions from which a client throttles itself on the throttle_time_ms of a response
+# (KIP-219): the broker answers at once, then mutes the connection; to older versions the
+# broker holds the response back for the throttle time instead.
+_CLIENT_THROTTLES_FROM = {ApiKey.PRODUCE: 6, ApiKey.FETCH: 8}
 _INT = struct.Struct("i")
 
 try:
@@ -92,6 +97,10 @@ class RequestContext:
     listener_name: str
     header: RequestHeader
     principal: KafkaPrincipal = ANONYMOUS
+    frame_size: int = 0  # the request's size in bytes
+    # Set by a handler for a client over its quota: the connection is not served for
+    # this long (KIP-219).
+    throttle_ms: int = 0
 
     @property
     def client_id(self) -> str:
@@ -361,6 +370,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._can_write: asyncio.Event = asyncio.Event()
         self._can_write.set()
         self._paused_for: set[str] = set()  # why the socket is not read
+        self._throttle_ms = 0  # the last request's throttle time (client quotas)
+        self._throttle_first = False  # hold the response back rather than mute after it
         self._stopping = False
         self._busy = False
         self._task: asyncio.Task[None] | None = None
@@ -484,7 +495,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if reason not in self._paused_for:
             return
         self._paused_for.discard(reason)
-        if reason == _QUEUE_FULL and self.partial_since is not None:
+        if reason in (_QUEUE_FULL, _THROTTLED) and self.partial_since is not None:
             # The client was waiting on us, not the other way round: its partial request
             # gets a full receive timeout again.
             self.partial_since = time.monotonic()
@@ -547,7 +558,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     self.resume_reading_for(_QUEUE_FULL)
                 self._busy = True
                 try:
+                    self._throttle_ms = 0
                     parts = await self._process(frame)
+                    if self._throttle_ms > 0 and self._throttle_first:
+                        await self._throttle(self._throttle_ms)
                     if parts:
                         await self._write(parts)
                 finally:
@@ -555,6 +569,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     self.last_active = time.monotonic()
                     self._release_whole(len(frame))
                     del frame
+                if self._throttle_ms > 0 and not self._throttle_first:
+                    await self._throttle(self._throttle_ms)  # the request's memory freed
         except asyncio.CancelledError:
             pass
         except (ConnectionError, OSError) as e:
@@ -572,6 +588,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.exception("closing connection %d from %s:%d after an unexpected error",
                           self.id, *self.peer)
         self.close()
+
+    async def _throttle(self, throttle_ms: int) -> None:
+        """Kafka's muting of a throttled channel: its socket is not read, and the requests
+        already read wait, for the throttle time."""
+        self.pause_reading_for(_THROTTLED)
+        try:
+            await asyncio.sleep(throttle_ms / 1000)
+        finally:
+            self.resume_reading_for(_THROTTLED)
 
     def _release_whole(self, nbytes: int) -> None:
         pool = self._pool
@@ -623,11 +648,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
                                                      cast(SaslAuthenticateRequest, body))
             return await self._sasl_outcome(outcome, api, version, header.correlation_id)
         context = RequestContext(self.id, self.peer[0], self.peer[1], self.listener_name,
-                                 header, self.principal)
+                                 header, self.principal, len(frame))
         try:
             response = await handler.handle(Request(header, api, body), context)
         except CloseConnection as e:
             return self._refuse(str(e))
+        if context.throttle_ms > 0:
+            self._throttle_ms = context.throttle_ms
+            self._throttle_first = version < _CLIENT_THROTTLES_FROM.get(api.api_key, 0)
         if response is None:
             return None
         return encode_response_parts(api, response, version, header.correlation_id)

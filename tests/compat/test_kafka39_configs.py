@@ -46,7 +46,7 @@ IGNORED = {
     "background.threads": "10",
     "socket.send.buffer.bytes": "102400",
     "socket.listen.backlog.size": "50",
-    "quota.window.num": "11",
+    "replication.quota.window.num": "11",
     "max.connections.per.ip": "1000",
     "log.cleaner.dedupe.buffer.size": "134217728",
     "fetch.purgatory.purge.interval.requests": "1000",

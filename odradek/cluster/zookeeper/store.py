@@ -53,7 +53,12 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
 from odradek.cluster.embedded import new_cluster_id
-from odradek.cluster.metadata import PartitionState, TopicMetadata
+from odradek.cluster.metadata import (
+    QUOTA_CONFIG_KEYS,
+    PartitionState,
+    QuotaEntity,
+    TopicMetadata,
+)
 from odradek.cluster.zookeeper import znodes as z
 from odradek.cluster.zookeeper.znodes import (
     BrokerEndpoint,
@@ -528,6 +533,66 @@ class ZooKeeperMetadataStore:
             else:
                 tx.set(path, z.encode_config(new), version)
             self._notify_config_change(tx, f"{z.CONFIG_USERS}/{z.sanitize(user)}")
+        self._commit(tx)
+
+    def quota_configs(self) -> dict[QuotaEntity, dict[str, str]]:
+        """The client quotas of /config/users/<user>, /config/users/<user>/clients/<id> and
+        /config/clients/<id> (<default> for either), by entity; SCRAM credentials, which
+        share /config/users/<user>, are left out."""
+        def read() -> dict[QuotaEntity, dict[str, str]]:
+            users = f"{z.CONFIG}/{z.CONFIG_USERS}"
+            clients = f"{z.CONFIG}/{z.CONFIG_CLIENTS}"
+            paths = [f"{z.CONFIG_USERS}/{u}" for u in self._children_or_empty(users)]
+            paths += [f"{p}/{z.CONFIG_CLIENTS}/{c}" for p in list(paths)
+                      for c in self._children_or_empty(f"{z.CONFIG}/{p}/{z.CONFIG_CLIENTS}")]
+            paths += [f"{z.CONFIG_CLIENTS}/{c}" for c in self._children_or_empty(clients)]
+            pending = {p: self.client.get_async(f"{z.CONFIG}/{p}") for p in paths}
+            found: dict[QuotaEntity, dict[str, str]] = {}
+            for path, result in pending.items():
+                entity = z.quota_entity_from_path(path)
+                if entity is None:
+                    continue
+                with suppress(NoNodeError):
+                    configs = {k: v for k, v in z.decode_config(self._wait(result)[0]).items()
+                               if k in QUOTA_CONFIG_KEYS}
+                    if configs:
+                        found[entity] = configs
+            return found
+
+        return self._read(read)
+
+    def alter_quota_configs(self, changes: Mapping[QuotaEntity, Mapping[str, str | None]]
+                            ) -> None:
+        """Sets (or, for None, removes) quota configs of entities: each entity's znode
+        rewritten (its other configs, SCRAM credentials, kept) with a change notification
+        (its entity path), all in one transaction conditional on the versions read."""
+        tx = _Transaction(self.client)
+        created: set[str] = set()
+        for entity, updates in sorted(changes.items(), key=lambda c: str(c[0])):
+            entity_path = z.quota_entity_path(entity)
+            path = f"{z.CONFIG}/{entity_path}"
+            parts = entity_path.split("/")
+            for depth in (2, 3):  # users/<user> and users/<user>/clients, for a child
+                if len(parts) == 4:
+                    parent = f"{z.CONFIG}/{'/'.join(parts[:depth])}"
+                    if parent not in created and not self._exists(parent):
+                        tx.create(parent, z.encode_config({}) if depth == 2 else b"")
+                        created.add(parent)
+            try:
+                data, stat = self._wait(self.client.get_async(path))
+                current, version = z.decode_config(data), stat.version
+            except NoNodeError:
+                current, version = {}, None
+            new = {k: v for k, v in current.items() if k not in updates}
+            new.update({k: v for k, v in updates.items() if v is not None})
+            if version is None and path in created:  # made just now, as a parent
+                tx.set(path, z.encode_config(new))
+            elif version is None:
+                tx.create(path, z.encode_config(new))
+                created.add(path)
+            else:
+                tx.set(path, z.encode_config(new), version)
+            self._notify_config_change(tx, entity_path)
         self._commit(tx)
 
     def allocate_producer_ids(self, count: int) -> int:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import base64
 import json
 import re
-import urllib.parse
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from odradek.cluster import metadata
 from odradek.cluster.metadata import PartitionState, TopicMetadata
 
 TopicPartition = tuple[str, int]
@@ -98,18 +98,18 @@ def broker_config_path(entity: str) -> str:
 CONFIG_USERS = "users"
 
 
-def sanitize(name: str) -> str:
-    """A user or client id as a znode name: Kafka's Sanitizer (URL encoding, with "*" as
-    %2A and a space as %20)."""
-    return urllib.parse.quote(name, safe="._-").replace("~", "%7E")
-
-
-def desanitize(name: str) -> str:
-    return urllib.parse.unquote(name)
+sanitize = metadata.sanitize
+desanitize = metadata.desanitize
 
 
 def user_config_path(user: str) -> str:
     return config_path(CONFIG_USERS, sanitize(user))
+
+
+CONFIG_CLIENTS = "clients"
+# Quota entities' paths under /config (users/<user>[/clients/<id>], clients/<id>).
+quota_entity_path = metadata.quota_entity_path
+quota_entity_from_path = metadata.quota_entity_from_path
 
 
 def delete_topic_path(topic: str) -> str:
