@@ -1118,6 +1118,11 @@ class ZooKeeperMetadataStore:
         """Adds the controller epoch check to `tx` when this broker was elected; returns
         the epoch to write in partition states (None: not elected, keep theirs)."""
         with self._lock:
+            if self._deposed and not required:
+                # What any broker may write (a topic's creation, its new partitions) is
+                # written unfenced by a broker that is no longer the controller, as by any
+                # other: its clients must not see the controller move (a ZooKeeper restart).
+                return None
             if self._deposed:
                 raise ControllerMovedError(
                     f"broker {self.broker_id} is no longer the controller "
