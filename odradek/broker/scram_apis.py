@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from odradek.broker.auth_helper import ALLOW_ALL, AclOperation, AuthHelper
-from odradek.cluster.metadata import MetadataStore
+from odradek.cluster.metadata import MetadataStore, merge_config
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.framing import Request
@@ -158,10 +158,7 @@ class ScramApis:
                     fail(user, (ErrorCode.UNKNOWN_SERVER_ERROR, f"cannot store them: {e}"))
             else:
                 for user, updates in changes.items():
-                    configs = {k: v for k, v in stored.get(user, {}).items()
-                               if k not in updates}
-                    configs.update({k: v for k, v in updates.items() if v is not None})
-                    self.cache.update_user(user, configs)
+                    self.cache.update_user(user, merge_config(stored.get(user, {}), updates))
         users = dict.fromkeys([d.name for d in body.deletions]
                               + [u.name for u in body.upsertions])
         return alter_response.AlterUserScramCredentialsResponse(results=[

@@ -24,6 +24,7 @@ from pathlib import Path
 from odradek.cluster.metadata import (
     QuotaEntity,
     TopicMetadata,
+    merge_config,
     quota_entity_from_path,
     quota_entity_path,
 )
@@ -144,14 +145,11 @@ class EmbeddedMetadataStore:
         """Sets (or, for None, removes) configs of users, in one write."""
         with self._lock:
             for user, updates in changes.items():
-                configs = self._user_configs.setdefault(user, {})
-                for name, value in updates.items():
-                    if value is None:
-                        configs.pop(name, None)
-                    else:
-                        configs[name] = value
-                if not configs:
-                    del self._user_configs[user]
+                configs = merge_config(self._user_configs.get(user, {}), updates)
+                if configs:
+                    self._user_configs[user] = configs
+                else:
+                    self._user_configs.pop(user, None)
             self._save_or_undo()
 
     def quota_configs(self) -> dict[QuotaEntity, dict[str, str]]:
@@ -170,14 +168,11 @@ class EmbeddedMetadataStore:
         with self._lock:
             for entity, updates in changes.items():
                 path = quota_entity_path(entity)
-                configs = self._quota_configs.setdefault(path, {})
-                for name, value in updates.items():
-                    if value is None:
-                        configs.pop(name, None)
-                    else:
-                        configs[name] = value
-                if not configs:
-                    del self._quota_configs[path]
+                configs = merge_config(self._quota_configs.get(path, {}), updates)
+                if configs:
+                    self._quota_configs[path] = configs
+                else:
+                    self._quota_configs.pop(path, None)
             self._save_or_undo()
 
     def allocate_producer_ids(self, count: int) -> int:

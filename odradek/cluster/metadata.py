@@ -124,6 +124,14 @@ class MetadataStore(Protocol):
         ...
 
 
+def merge_config(current: Mapping[str, str], updates: Mapping[str, str | None]
+                 ) -> dict[str, str]:
+    """An entity's configs after `updates`: values set, None removes."""
+    merged = {k: v for k, v in current.items() if k not in updates}
+    merged.update({k: v for k, v in updates.items() if v is not None})
+    return merged
+
+
 def sanitize(name: str) -> str:
     """A user or client id as a znode name: Kafka's Sanitizer (URL encoding, with "*" as
     %2A and a space as %20)."""

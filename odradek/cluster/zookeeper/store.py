@@ -58,6 +58,7 @@ from odradek.cluster.metadata import (
     PartitionState,
     QuotaEntity,
     TopicMetadata,
+    merge_config,
 )
 from odradek.cluster.zookeeper import znodes as z
 from odradek.cluster.zookeeper.znodes import (
@@ -526,8 +527,7 @@ class ZooKeeperMetadataStore:
                 current, version = z.decode_config(data), stat.version
             except NoNodeError:
                 current, version = {}, None
-            new = {k: v for k, v in current.items() if k not in updates}
-            new.update({k: v for k, v in updates.items() if v is not None})
+            new = merge_config(current, updates)
             if version is None:
                 tx.create(path, z.encode_config(new))
             else:
@@ -583,8 +583,7 @@ class ZooKeeperMetadataStore:
                 current, version = z.decode_config(data), stat.version
             except NoNodeError:
                 current, version = {}, None
-            new = {k: v for k, v in current.items() if k not in updates}
-            new.update({k: v for k, v in updates.items() if v is not None})
+            new = merge_config(current, updates)
             if version is None and path in created:  # made just now, as a parent
                 tx.set(path, z.encode_config(new))
             elif version is None:
