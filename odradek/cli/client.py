@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import base64
 import functools
+import logging
 import os
 import re
 import sys
@@ -53,6 +54,54 @@ def describe_error(error: KafkaError | KafkaException | BaseException) -> str:
     if isinstance(error, KafkaError):
         return f"{error.name()}: {error.str()}"
     return str(error)
+
+
+class _LibrdkafkaLog(logging.Handler):
+    """librdkafka's log lines (a client's "logger"): printed as librdkafka would print
+    them, but a fatal error, which the command reports itself in Kafka's words."""
+
+    def __init__(self, recorder: ErrorRecorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        _, fatal, reason = message.partition("Fatal error: ")
+        if message.startswith("FATAL ") and fatal:
+            self.recorder.fatal = _named(reason)
+        else:
+            print(message, file=sys.stderr)
+
+
+@functools.cache
+def _error_texts() -> dict[str, str]:
+    """librdkafka's description of each error code -> the code's name."""
+    texts = {}
+    for code in range(-200, 200):
+        error = KafkaError(code)
+        if not error.name().startswith("ERR_"):
+            texts[error.str()] = error.name()
+    return texts
+
+
+def _named(reason: str) -> str:
+    """`NAME: text` for librdkafka's "Broker: Cluster authorization failed: ..." text."""
+    for text, name in _error_texts().items():
+        if text and reason.startswith(text + ":"):
+            return f"{name}: {reason[len(text) + 1:].strip()}"
+    return reason
+
+
+def fatal_error_of(error: BaseException) -> KafkaError | None:
+    """The fatal librdkafka error behind a SystemError, if that is what it is:
+    confluent-kafka raises a fatal error as a KafkaException instead of calling error_cb,
+    from whatever call serves callbacks, and Python wraps it when a callback runs on."""
+    cause = error.__cause__ or error.__context__
+    if isinstance(cause, KafkaException) and cause.args and isinstance(cause.args[0],
+                                                                      KafkaError):
+        kafka_error: KafkaError = cause.args[0]
+        return kafka_error if kafka_error.fatal() else None
+    return None
 
 
 def error_code(error: BaseException) -> int | None:
@@ -182,6 +231,12 @@ class ErrorRecorder:
 
     def __init__(self) -> None:
         self.last: KafkaError | None = None
+        # librdkafka's log, which alone names a fatal error when confluent-kafka loses it.
+        self.fatal: str | None = None
+        self.logger = logging.getLogger(f"odradek.cli.librdkafka.{id(self)}")
+        self.logger.propagate = False
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.addHandler(_LibrdkafkaLog(self))
         self._transport: KafkaError | None = None
         self._down_since: float | None = None  # since when every broker is down
         self._failed_at = 0.0  # the last failed connection

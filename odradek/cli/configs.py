@@ -39,7 +39,7 @@ from odradek.cli.topics import (
     shown_value,
     source_name,
 )
-from odradek.cli.wire import error_name, require_plaintext, send_request
+from odradek.cli.wire import broker_security, error_name, send_request
 from odradek.protocol.messages import describe_configs_request as describe_request
 from odradek.protocol.messages import incremental_alter_configs_request as alter_request
 from odradek.protocol.messages.describe_configs_response import DescribeConfigsResponse
@@ -171,7 +171,6 @@ class ConfigAdmin(Admin):
 
     def any_broker(self) -> Any:
         """A broker for the requests librdkafka cannot send: the cluster-wide default."""
-        require_plaintext(client_config(self.args), "--entity-default")
         if not self.cluster.brokers:
             raise CliError("the cluster lists no broker")
         return self.cluster.brokers[min(self.cluster.brokers)]
@@ -211,7 +210,8 @@ class ConfigAdmin(Admin):
                 resource_type=_RESOURCE_BROKER, resource_name="", configuration_keys=None)],
             include_synonyms=False)
         response = cast(DescribeConfigsResponse, send_request(
-            broker.host, broker.port, request, timeout=self.timeout, node_id=broker.id))
+            broker.host, broker.port, request, timeout=self.timeout, node_id=broker.id,
+            security=broker_security(client_config(self.args))))
         [result] = response.results
         if result.error_code:
             return None, f"{error_name(result.error_code)}: {result.error_message or ''}"
@@ -251,7 +251,8 @@ class ConfigAdmin(Admin):
                 + [alter_request.AlterableConfig(name=k, config_operation=_OP_DELETE,
                                                  value=None) for k in deletes])])
         response = cast(IncrementalAlterConfigsResponse, send_request(
-            broker.host, broker.port, request, timeout=self.timeout, node_id=broker.id))
+            broker.host, broker.port, request, timeout=self.timeout, node_id=broker.id,
+            security=broker_security(client_config(self.args))))
         for r in response.responses:
             if r.error_code:
                 raise CliError(f"cannot alter the configs of the cluster-wide broker default: "

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from confluent_kafka import (
     ConsumerGroupState,
@@ -44,7 +44,13 @@ from odradek.cli.client import (
     wait_all,
 )
 from odradek.cli.output import print_json, print_table
-from odradek.cli.wire import BrokerSocket, WireError, require_plaintext, send_request
+from odradek.cli.wire import (
+    BrokerSocket,
+    WireError,
+    bootstrap_addresses,
+    broker_security,
+    send_request,
+)
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
     find_coordinator_request,
@@ -52,6 +58,9 @@ from odradek.protocol.messages import (
     offset_delete_request,
     offset_delete_response,
 )
+
+if TYPE_CHECKING:
+    from odradek.broker.inter_broker_security import InterBrokerSecurity
 
 K = TypeVar("K")
 # States in which a group has no live members, so its offsets may be changed from outside.
@@ -531,32 +540,21 @@ def _wire_error(code: int) -> str:
 # OffsetDelete (KIP-496) is not in confluent-kafka's AdminClient (librdkafka has it, the
 # Python binding does not expose it), so the command sends it itself with Odradek's own
 # codec over odradek.cli.wire: FindCoordinator to a bootstrap broker, then OffsetDelete to
-# the group's coordinator. Plain TCP only, as wire.py.
+# the group's coordinator, with the client settings' TLS and SASL.
 
 _COORDINATOR_RETRY = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                       ErrorCode.NOT_COORDINATOR}
 _RETRY_BACKOFF = 0.2
 
 
-def _bootstrap_addresses(config: Mapping[str, Any]) -> list[tuple[str, int]]:
-    out = []
-    for item in str(config["bootstrap.servers"]).split(","):
-        address = item.strip().rpartition("://")[2]
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
-            raise CliError(f"bootstrap server {item.strip()!r} is not HOST:PORT", EXIT_USAGE)
-        out.append((host.strip("[]"), int(port)))
-    return out
-
-
-def _find_coordinator(config: Mapping[str, Any], group: str, deadline: float
-                      ) -> tuple[str, int, int]:
+def _find_coordinator(config: Mapping[str, Any], group: str, deadline: float,
+                      security: InterBrokerSecurity | None) -> tuple[str, int, int]:
     """(host, port, node id) of the group's coordinator, asked of the bootstrap brokers."""
     reasons = []
-    for host, port in _bootstrap_addresses(config):
+    for host, port in bootstrap_addresses(config):
         try:
-            with BrokerSocket(host, port, timeout=max(deadline - time.monotonic(), 0.1)
-                              ) as bootstrap:
+            with BrokerSocket(host, port, timeout=max(deadline - time.monotonic(), 0.1),
+                              security=security) as bootstrap:
                 while True:
                     # v3 at most: v4 on asks for several keys at once, in another shape.
                     answer = cast(find_coordinator_response.FindCoordinatorResponse,
@@ -577,7 +575,7 @@ def _find_coordinator(config: Mapping[str, Any], group: str, deadline: float
 def _offset_delete(args: argparse.Namespace, group: str, partitions: list[tuple[str, int]]
                    ) -> offset_delete_response.OffsetDeleteResponse:
     config = client_config(args)
-    require_plaintext(config, "groups delete-offsets")
+    security = broker_security(config)
     deadline = time.monotonic() + timeout_of(args)
     request = offset_delete_request.OffsetDeleteRequest(group_id=group, topics=[
         offset_delete_request.OffsetDeleteRequestTopic(name=topic, partitions=[
@@ -585,10 +583,10 @@ def _offset_delete(args: argparse.Namespace, group: str, partitions: list[tuple[
             for t, p in partitions if t == topic])
         for topic in sorted({t for t, _ in partitions})])
     while True:
-        host, port, node_id = _find_coordinator(config, group, deadline)
+        host, port, node_id = _find_coordinator(config, group, deadline, security)
         response = cast(offset_delete_response.OffsetDeleteResponse, send_request(
             host, port, request, timeout=max(deadline - time.monotonic(), 0.1),
-            node_id=node_id))
+            node_id=node_id, security=security))
         if (response.error_code not in _COORDINATOR_RETRY
                 or time.monotonic() + _RETRY_BACKOFF >= deadline):
             return response

@@ -25,7 +25,7 @@ from odradek.cli.client import (
     common_options,
 )
 from odradek.cli.output import print_json, print_table
-from odradek.cli.wire import WireError, error_name, require_plaintext, send_request
+from odradek.cli.wire import WireError, broker_security, error_name, send_request
 from odradek.protocol.messages.describe_log_dirs_request import DescribeLogDirsRequest
 from odradek.protocol.messages.describe_log_dirs_response import DescribeLogDirsResponse
 
@@ -68,7 +68,7 @@ def name_list(text: str) -> list[str]:
 
 @command("log-dirs describe")
 def run_describe(args: argparse.Namespace) -> int:
-    require_plaintext(client_config(args), "log-dirs describe")
+    security = broker_security(client_config(args))
     admin = AdminCommand(args)
     metadata = admin.metadata()
     brokers = sorted(metadata.brokers)
@@ -86,7 +86,7 @@ def run_describe(args: argparse.Namespace) -> int:
         try:
             response = cast(DescribeLogDirsResponse, send_request(
                 node.host, node.port, DescribeLogDirsRequest(topics=None),
-                timeout=admin.timeout, node_id=broker_id))
+                timeout=admin.timeout, node_id=broker_id, security=security))
         except WireError as e:
             print(f"odradek log-dirs describe: {e}", file=sys.stderr)
             status = EXIT_FAILURE

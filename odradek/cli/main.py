@@ -4,9 +4,9 @@ Subcommands grow with the platform. Today: run a broker (`serve`) or a local clu
 (`cluster`); manage topics (`topics`), configs (`configs`), records (`records delete`), log
 dirs (`log-dirs`) and partitions (`partitions`); write and read records (`produce`,
 `consume`), inspect and manage consumer groups (`groups`) and transactions
-(`transactions`), manage ACLs (`acls`) and SCRAM users (`users`), measure a cluster
-(`perf`), all through librdkafka (and Odradek's own codec for the APIs it lacks,
-cli/wire.py); run the Spark pipelines and generate their input
+(`transactions`), manage ACLs (`acls`), SCRAM users (`users`) and client quotas
+(`quotas`), measure a cluster (`perf`), all through librdkafka (and Odradek's own codec
+for the APIs it lacks, cli/wire.py); run the Spark pipelines and generate their input
 (`pipeline`); and for the protocol: what it speaks (`apis`), what an error code means
 (`errors`), and a look inside a captured request (`decode`).
 """
@@ -30,6 +30,7 @@ from odradek.cli import (
     perf,
     pipeline,
     produce,
+    quotas,
     records,
     serve,
     topics,
@@ -126,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     transactions.register(commands)
     acls.register(commands)
     users.register(commands)
+    quotas.register(commands)
     return parser
 
 

@@ -33,6 +33,7 @@ from odradek.cli.client import (
     command,
     common_options,
     describe_error,
+    fatal_error_of,
     key_value,
     make_client,
     timeout_of,
@@ -42,6 +43,7 @@ from odradek.cli.output import print_json
 
 Header = tuple[str, bytes | None]
 MAX_ERRORS_SHOWN = 5
+_PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 POLL_S = 0.2
 
 
@@ -130,17 +132,39 @@ class Deliveries:
     partitions: Counter[int] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     first_errors: list[str] = field(default_factory=list)
+    fatal: KafkaError | None = None  # the producer cannot go on (e.g. no producer id)
 
     def callback(self, number: int) -> Callable[[KafkaError | None, Message], None]:
         def delivered(error: KafkaError | None, message: Message) -> None:
-            if error is None:
-                self.records += 1
-                self.bytes += len(message.key() or b"") + len(message.value() or b"")
-                self.partitions[message.partition() or 0] += 1
-            else:
-                self.fail(number, describe_error(error))
+            try:
+                if error is None:
+                    self.records += 1
+                    self.bytes += len(message.key() or b"") + len(message.value() or b"")
+                    self.partitions[message.partition() or 0] += 1
+                elif self.fatal is not None and error.code() in _PURGED:
+                    self.fail(number, describe_error(self.fatal))  # why it was purged
+                else:
+                    self.fail(number, describe_error(error))
+            except SystemError as e:
+                # confluent-kafka raises a fatal error in place of calling error_cb, and
+                # it surfaces in the next callback: the purge of this record.
+                fatal = fatal_error_of(e)
+                if fatal is None:
+                    raise
+                self.fatal = fatal
+                self.fail(number, describe_error(fatal))
 
         return delivered
+
+    def failed_for(self, reason: str) -> None:
+        """The records purged after a fatal error failed for that error."""
+        purged = [describe_error(KafkaError(code)) for code in _PURGED]
+        for name in purged:
+            if name in self.errors:
+                self.errors[reason] += self.errors.pop(name)
+        self.first_errors = [line.split(": ", 1)[0] + ": " + reason
+                             if any(line.endswith(p) for p in purged) else line
+                             for line in self.first_errors]
 
     def fail(self, number: int, reason: str) -> None:
         self.failed += 1
@@ -183,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
            "compression.type": args.compression,
            "message.timeout.ms": max(1, int(timeout * 1000)),
            "error_cb": errors,
+           "logger": errors.logger,
            **transactional},
     )
     producer: Producer = make_client(Producer, config)
@@ -210,12 +235,19 @@ def run(args: argparse.Namespace) -> int:
     # message.timeout.ms bounds every record's life, so this flush ends.
     try:
         left = producer.flush(timeout + 10)
-    except (KeyboardInterrupt, SystemError):
+    except (KeyboardInterrupt, SystemError) as e:
         # confluent-kafka's flush() can swallow the KeyboardInterrupt of a Ctrl-C that
-        # comes while it waits and return NULL: Python then raises SystemError.
+        # comes while it waits and return NULL: Python then raises SystemError. It also
+        # fails so after a fatal error (e.g. no producer id for want of IdempotentWrite),
+        # which is then the SystemError's cause or was met by a delivery callback.
         left = len(producer)
-        if problem is None:
+        deliveries.fatal = deliveries.fatal or fatal_error_of(e)
+        if deliveries.fatal is None and errors.fatal is None and problem is None:
             problem, status = "interrupted while records were in flight", EXIT_INTERRUPTED
+    fatal = describe_error(deliveries.fatal) if deliveries.fatal else errors.fatal
+    if fatal is not None and problem is None:  # the producer could not go on
+        deliveries.failed_for(fatal)
+        problem, status = f"the producer failed: {fatal}", EXIT_FAILURE
     if left:
         deliveries.failed += left
         deliveries.errors["not delivered in time"] += left

@@ -45,7 +45,7 @@ from odradek.cli.client import (
     wait_all,
 )
 from odradek.cli.output import print_json, print_table
-from odradek.cli.wire import WireError, require_plaintext, send_request
+from odradek.cli.wire import WireError, broker_security, send_request
 from odradek.cluster.topics import INTERNAL_TOPICS
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import describe_log_dirs_request as log_dirs_request
@@ -489,7 +489,7 @@ def partition_sizes(admin: Admin, args: argparse.Namespace,
     """Fills in each partition's size: its leader's log, from the leader's DescribeLogDirs.
     False when some leader could not tell (said on stderr)."""
     try:
-        require_plaintext(client_config(args), "the size on disk (DescribeLogDirs)")
+        security = broker_security(client_config(args))
     except CliError as e:
         print(f"odradek topics offsets: no sizes: {e}", file=sys.stderr)
         return True  # not a failure: a limit of this command, said once
@@ -509,7 +509,8 @@ def partition_sizes(admin: Admin, args: argparse.Namespace,
             for t, ps in topics.items()])
         try:
             response = cast(DescribeLogDirsResponse, send_request(
-                node.host, node.port, request, timeout=admin.timeout, node_id=broker_id))
+                node.host, node.port, request, timeout=admin.timeout, node_id=broker_id,
+                security=security))
         except WireError as e:
             print(f"odradek topics offsets: no sizes: {e}", file=sys.stderr)
             ok = False

@@ -10,7 +10,7 @@
     find-hanging (--topic T [--partition P] | --broker-id B) [--max-transaction-timeout MIN]
 
 librdkafka has none of these admin calls, so the brokers come from librdkafka's Metadata
-and the requests are Odradek's own codec over a plain socket (wire.py), each sent where
+and the requests are Odradek's own codec over the CLI's socket (wire.py), each sent where
 Kafka's admin client sends it: ListTransactions to every broker, DescribeTransactions to
 the transactional id's coordinator (FindCoordinator, key type TRANSACTION),
 DescribeProducers and the abort's WriteTxnMarkers to the partition's leader. `abort
@@ -27,6 +27,7 @@ gives the same facts with snake_case keys.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -44,7 +45,7 @@ from odradek.cli.client import (
     common_options,
 )
 from odradek.cli.output import print_json
-from odradek.cli.wire import BrokerSocket, WireError, error_name, require_plaintext
+from odradek.cli.wire import BrokerSocket, WireError, broker_security, error_name
 from odradek.protocol.api_keys import API_SPECS
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import UnsupportedVersionError
@@ -569,8 +570,9 @@ def coordinator_of(response: FindCoordinatorResponse, key: str
 
 
 def _open(args: argparse.Namespace, what: str) -> Cluster:
-    require_plaintext(client_config(args), f"transactions {what}")
-    return Cluster(AdminCommand(args))
+    security = broker_security(client_config(args))
+    return Cluster(AdminCommand(args), connect=functools.partial(BrokerSocket,
+                                                                 security=security))
 
 
 def _partition_error(tp: TopicPartition, result: PartitionResponse | None, where: str

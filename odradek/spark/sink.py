@@ -140,7 +140,7 @@ def _ready_for_next(producer: Any, options: WriteOptions, transactional_id: str)
     again. A transaction the driver has not decided is never touched: the producer is
     dropped, and a new one's init_transactions aborts it. A producer fenced meanwhile fails
     here and is dropped."""
-    state = transaction_state(options.client["bootstrap.servers"], transactional_id)
+    state = transaction_state(options.client, transactional_id)
     try:
         if state == "CompleteCommit":
             producer.commit_transaction(30)

@@ -21,11 +21,12 @@ CLI's blocking sockets (odradek.cli.transactions.Cluster).
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from odradek.cli.client import CliError
 from odradek.cli.transactions import (
@@ -35,7 +36,7 @@ from odradek.cli.transactions import (
     find_coordinator_request,
     list_transactions_request,
 )
-from odradek.cli.wire import BrokerSocket, WireError, error_name, require_plaintext
+from odradek.cli.wire import BrokerSocket, WireError, broker_security, error_name
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages.describe_producers_response import DescribeProducersResponse
 from odradek.protocol.messages.describe_transactions_request import (
@@ -50,6 +51,9 @@ from odradek.protocol.messages.find_coordinator_response import FindCoordinatorR
 from odradek.protocol.messages.init_producer_id_request import InitProducerIdRequest
 from odradek.protocol.messages.metadata_request import MetadataRequest
 from odradek.protocol.messages.metadata_response import MetadataResponse
+
+if TYPE_CHECKING:
+    from odradek.broker.inter_broker_security import InterBrokerSecurity
 
 # Answers after which the same request is sent again shortly: the coordinator is loading,
 # moving, or still writing the markers of the transaction's previous step.
@@ -100,18 +104,21 @@ def _addresses(bootstrap_servers: str) -> list[tuple[str, int]]:
 
 class _Metadata:
     """Cluster's MetadataSource: Metadata for every topic from the first bootstrap server
-    that answers, over a plain socket (an AdminClient takes 50 ms to connect), shaped as
+    that answers, over the CLI's socket (an AdminClient takes 50 ms to connect), shaped as
     librdkafka's ClusterMetadata."""
 
-    def __init__(self, bootstrap_servers: str, timeout: float) -> None:
+    def __init__(self, bootstrap_servers: str, timeout: float,
+                 security: InterBrokerSecurity | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.timeout = timeout
+        self.security = security
 
     def metadata(self) -> Any:
         failure: Exception = CliError(f"no bootstrap server in {self.bootstrap_servers!r}")
         for host, port in _addresses(self.bootstrap_servers):
             try:
-                with BrokerSocket(host, port, timeout=self.timeout) as sock:
+                with BrokerSocket(host, port, timeout=self.timeout,
+                                  security=self.security) as sock:
                     response = cast(MetadataResponse, sock.send(
                         MetadataRequest(topics=None, allow_auto_topic_creation=False)))
             except WireError as e:
@@ -133,8 +140,9 @@ class SinkTransactions:
     seconds."""
 
     def __init__(self, client: dict[str, str], timeout: float = 120.0) -> None:
-        require_plaintext(client, "the odradek sink's exactly-once commit")
-        self._source = _Metadata(client["bootstrap.servers"], timeout)
+        # The client's TLS and SASL settings (CliError for ones the driver cannot use).
+        self._security = broker_security(client)
+        self._source = _Metadata(client["bootstrap.servers"], timeout, self._security)
         self.timeout = timeout
         self._cluster: Cluster | None = None
         self._coordinators: dict[str, tuple[int, str, int]] = {}
@@ -154,7 +162,8 @@ class SinkTransactions:
     def cluster(self) -> Cluster:
         if self._cluster is None:
             try:
-                self._cluster = Cluster(self._source)
+                self._cluster = Cluster(self._source, connect=functools.partial(
+                    BrokerSocket, security=self._security))
             except Exception as e:
                 raise SinkTransactionError(f"cannot reach the cluster: {e}") from e
         return self._cluster
@@ -343,14 +352,19 @@ def _belongs(transactional_id: str, prefix: str) -> bool:
     return head == prefix and task.isdigit()
 
 
-def transaction_state(bootstrap_servers: str, transactional_id: str,
+def transaction_state(client: Mapping[str, Any], transactional_id: str,
                       timeout: float = 10.0) -> str | None:
     """The state of a transactional id's current transaction (CompleteCommit, Ongoing, ...)
-    in two requests over plain sockets: FindCoordinator to a bootstrap server, then
-    DescribeTransactions to the coordinator. None when it cannot be had in `timeout`."""
-    for host, port in _addresses(bootstrap_servers):
+    in two requests over the client settings' connections (TLS, SASL): FindCoordinator to
+    a bootstrap server, then DescribeTransactions to the coordinator. None when it cannot
+    be had in `timeout`, or the settings are ones the CLI's socket cannot use."""
+    try:
+        security = broker_security(client)
+    except CliError:
+        return None
+    for host, port in _addresses(str(client["bootstrap.servers"])):
         try:
-            with BrokerSocket(host, port, timeout=timeout) as sock:
+            with BrokerSocket(host, port, timeout=timeout, security=security) as sock:
                 version = min(sock.api_versions.get(FindCoordinatorRequest.API_KEY, (0, 0))[1],
                               FindCoordinatorRequest.MAX_VERSION)
                 if version < 1:   # no key type before v1: the answer would be a group's
@@ -360,7 +374,8 @@ def transaction_state(bootstrap_servers: str, transactional_id: str,
                 code, _, (_, c_host, c_port) = coordinator_of(found, transactional_id)
                 if code != ErrorCode.NONE:
                     return None
-                with BrokerSocket(c_host, c_port, timeout=timeout) as coordinator:
+                with BrokerSocket(c_host, c_port, timeout=timeout,
+                                  security=security) as coordinator:
                     described = cast(DescribeTransactionsResponse, coordinator.send(
                         DescribeTransactionsRequest(transactional_ids=[transactional_id])))
         except WireError:

@@ -279,6 +279,11 @@ def test_producer_and_consumer_acls_let_real_clients_in(configs: dict[str, Path]
     # bob may read but not write, alice write but not read.
     failed(cli(configs["bob"], "produce", topic, "--acks", "1", "--timeout", "5s",
                stdin=b"x\n"), "TOPIC_AUTHORIZATION_FAILED")
+    # Idempotent (acks=all), bob is refused a producer id: the command names why.
+    run = failed(cli(configs["bob"], "produce", topic, "--timeout", "5s", stdin=b"x\n"),
+                 "odradek produce: the producer failed: CLUSTER_AUTHORIZATION_FAILED",
+                 "line 1: CLUSTER_AUTHORIZATION_FAILED")
+    assert run.code == 1 and "_PURGE_QUEUE" not in run.err, run
 
     # --producer removes what it added, and nothing else.
     removed = ok(cli(admin, "acls", "remove", "--force", "--producer", "--allow-principal",
