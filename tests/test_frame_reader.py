@@ -116,9 +116,19 @@ def test_the_size_is_checked_before_anything_is_allocated() -> None:
     target = reader.get_buffer()
     target[:4] = struct.pack(">i", MIB + 1)
     del target
-    with pytest.raises(FrameTooLargeError):
+    with pytest.raises(FrameTooLargeError, match=r"limit of 1048576 bytes \(socket.request.max"):
         reader.buffer_updated(4)
     assert reader.held == 0
+
+
+def test_the_refusal_names_the_setting_the_limit_comes_from() -> None:
+    reader = FrameReader(max_frame_size=MIB)
+    reader.limit_name = "sasl.server.max.receive.size"  # a SASL listener before auth
+    target = reader.get_buffer()
+    target[:4] = struct.pack(">i", MIB + 1)
+    del target
+    with pytest.raises(FrameTooLargeError, match=r"\(sasl.server.max.receive.size\)"):
+        reader.buffer_updated(4)
 
 
 def test_grow_buffer_in_place_or_by_copy() -> None:

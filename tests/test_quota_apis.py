@@ -72,3 +72,24 @@ def test_cluster_authorization_as_kafka(tmp_path: Path) -> None:
     assert described.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     assert deny.asked == [("ALTER_CONFIGS", "CLUSTER"), ("DESCRIBE_CONFIGS", "CLUSTER")]
     assert EmbeddedMetadataStore(tmp_path).quota_configs() == {}
+
+
+def test_request_and_controller_mutation_quotas_apply_at_once(tmp_path: Path) -> None:
+    """request_percentage and controller_mutation_rate are doubles for users and client ids
+    (Kafka's DynamicConfig), enforced from the moment they are altered."""
+    managers = QuotaManagers()
+    apis = QuotaApis(EmbeddedMetadataStore(tmp_path), managers)
+    response = call(apis, ApiKey.ALTER_CLIENT_QUOTAS, 1, alter.AlterClientQuotasRequest(
+        entries=[alter.EntryData(
+            entity=[alter.EntityData(entity_type="user", entity_name="alice"),
+                    alter.EntityData(entity_type="client-id", entity_name=None)],
+            ops=[alter.OpData(key="controller_mutation_rate", value=2.5),
+                 alter.OpData(key="request_percentage", value=0.5)])]))
+    assert [e.error_code for e in response.entries] == [0]
+    assert managers.controller_mutation.quota("alice", "any") == 2.5
+    assert managers.request.quota("alice", "any") == 0.5
+    assert managers.controller_mutation.quota("bob", "any") is None
+    described = call(apis, ApiKey.DESCRIBE_CLIENT_QUOTAS, 1,
+                     describe.DescribeClientQuotasRequest())
+    assert [(v.key, v.value) for v in described.entries[0].values] == [
+        ("controller_mutation_rate", 2.5), ("request_percentage", 0.5)]

@@ -1,20 +1,30 @@
 """The client quota managers (odradek/server/quota_manager.py) on an injected clock: Kafka's
 Rate over quota.window.num samples, the precedence of quota entities, and the throttle
-times of Kafka's QuotaUtils.throttleTime."""
+times of Kafka's QuotaUtils.throttleTime; request_percentage's RequestTimer (the event
+loop's time running a request, not its waits); controller_mutation_rate's TokenBucket and
+strict and permissive quotas, as Kafka's own tests of them."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
 
+from odradek.protocol.errors import ErrorCode
 from odradek.server.quota_manager import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
+    UNBOUNDED_MUTATIONS,
     ClientQuotaManager,
+    ClientRequestQuotaManager,
+    ControllerMutationQuotaManager,
     QuotaManagers,
     Rate,
+    RequestTimer,
+    ThrottlingQuotaExceeded,
+    TokenBucket,
     entity,
     throttle_time_ms,
 )
@@ -156,3 +166,229 @@ def test_quota_managers_load_stored_configs() -> None:
     assert managers.produce.window_ms == 2000 and managers.produce.samples == 3
     managers.apply(entity(user="u"), None)
     assert managers.produce.quota("u", "c") is None
+
+
+def test_quota_managers_load_controller_mutation_rates_with_their_own_window() -> None:
+    managers = QuotaManagers(samples=3, window_s=2, controller_samples=5,
+                             controller_window_s=4)
+    managers.load({entity(client_id=None): {"controller_mutation_rate": "2.5"}})
+    assert managers.controller_mutation.quota("u", "c") == 2.5
+    assert managers.controller_mutation.tokens("u", "c") == 2.5 * 5 * 4  # a full bucket
+    assert managers.request.quota("u", "c") is None
+
+
+def test_a_quota_of_zero_throttles_for_the_longest_time() -> None:
+    manager = ClientQuotaManager(PRODUCER_BYTE_RATE, clock=Clock())
+    manager.set_quota(entity(client_id="c"), 0.0)
+    assert manager.record("u", "c", 1) == 2**31 - 1
+
+
+# ---- request_percentage: RequestTimer --------------------------------------------------
+
+
+class NanoClock:
+    def __init__(self) -> None:
+        self.ns = 10_000_000
+
+    def __call__(self) -> int:
+        return self.ns
+
+
+@pytest.fixture
+def nanos(monkeypatch: pytest.MonkeyPatch) -> NanoClock:
+    clock = NanoClock()
+    monkeypatch.setattr(RequestTimer, "clock_ns", staticmethod(clock))
+    return clock
+
+
+def request_manager(bound: float | None = None) -> ClientRequestQuotaManager:
+    manager = ClientRequestQuotaManager(clock=Clock())
+    manager.set_quota(entity(client_id=None), 1000.0)  # every client id's time recorded
+    if bound is not None:
+        manager.set_quota(entity(client_id="c"), bound)
+    return manager
+
+
+def test_a_request_counts_the_event_loops_time_running_it_not_its_waits(
+        nanos: NanoClock) -> None:
+    manager = request_manager(0.055)
+    # Its frame was taken up 1 ms ago (decoding); its handler works 2 ms, waits while
+    # another request takes 50 ms, then works 3 ms more.
+    timer = manager.timer("u", "c", started_ns=nanos.ns - 1_000_000)
+    gate = asyncio.Event()
+
+    async def handler() -> str:
+        nanos.ns += 2_000_000
+        await gate.wait()
+        nanos.ns += 3_000_000
+        return "done"
+
+    async def other_request() -> None:
+        await asyncio.sleep(0)
+        nanos.ns += 50_000_000
+        gate.set()
+
+    async def scenario() -> str:
+        other = asyncio.ensure_future(other_request())
+        result = await timer.run(handler())
+        await other
+        return result
+
+    assert asyncio.run(scenario()) == "done"
+    nanos.ns += 7_000_000  # the timer runs until paused: this counts too
+    timer.pause()
+    assert timer.elapsed_ns() == 13_000_000
+    # 13 ms: 1.3 percent of a thread for a second, over Kafka's 10 s window: 0.13%;
+    # Kafka's throttle time, 13.6 s, is capped at one sample window.
+    throttle = timer.record()
+    assert throttle_time_ms(0.13, 0.055, 10_000) == 13_636
+    assert throttle == 1000
+    assert manager.rate("u", "c") == pytest.approx(0.13)
+    # Its response's encoding counts too, but what comes after the first recording does
+    # not throttle it (Kafka's network thread time).
+    timer.encoded(2_000_000)
+    assert manager.rate("u", "c") == pytest.approx(0.15)
+    assert timer.record() == 0
+
+
+def test_request_throttle_times_follow_kafkas_formula_under_the_window(
+        nanos: NanoClock) -> None:
+    manager = request_manager(0.1)
+    for _ in range(10):  # 1 ms each: 0.1% over the 10 s window after ten
+        timer = manager.timer("u", "c", nanos.ns)
+        nanos.ns += 1_000_000
+        timer.pause()
+        assert timer.record() == 0
+    timer = manager.timer("u", "c", nanos.ns)
+    nanos.ns += 500_000
+    timer.pause()
+    assert timer.record() == throttle_time_ms(0.105, 0.1, 10_000) == 500
+    # Other client ids have their own rate; <default> here is generous.
+    other = manager.timer("u", "other", nanos.ns)
+    nanos.ns += 5_000_000
+    assert other.record() == 0
+
+
+def test_exempt_requests_are_recorded_apart_and_never_throttled(nanos: NanoClock) -> None:
+    manager = request_manager(0.001)
+    timer = manager.timer("u", "c", nanos.ns)
+    nanos.ns += 100_000_000
+    timer.pause()
+    assert timer.record(exempt=True) == 0
+    timer.encoded(10_000_000)
+    assert manager.rate("u", "c") == 0
+    assert manager.exempt_rate() == pytest.approx(11.0 / 10)
+    # Without request quotas nothing is recorded, as in Kafka.
+    idle = ClientRequestQuotaManager(clock=Clock())
+    timer = idle.timer("u", "c", nanos.ns)
+    nanos.ns += 100_000_000
+    assert timer.record(exempt=True) == 0 and timer.record() == 0
+    assert idle.exempt_rate() == 0
+
+
+def test_a_timed_handler_is_cancelled_and_fails_as_when_awaited(nanos: NanoClock) -> None:
+    manager = request_manager()
+    cleaned = []
+
+    async def forever() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cleaned.append(True)
+
+    async def failing() -> None:
+        await asyncio.sleep(0)
+        raise ValueError("bad request")
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(manager.timer("u", "c", nanos.ns).run(forever()))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with pytest.raises(ValueError, match="bad request"):
+            await manager.timer("u", "c", nanos.ns).run(failing())
+
+    asyncio.run(scenario())
+    assert cleaned == [True]
+
+
+# ---- controller_mutation_rate: TokenBucket and quotas ------------------------------------
+
+
+def test_token_bucket_is_kafkas() -> None:
+    bucket = TokenBucket()
+    now = 1_700_000_000_000
+    assert bucket.measure(10, 10, now) == 100  # full at first: rate x samples x window
+    bucket.record(90, 10, 10, now)
+    bucket.record(90, 10, 10, now)
+    assert bucket.measure(10, 10, now) == -80
+    assert bucket.measure(10, 10, now + 5000) == -30  # 10 tokens a second
+    assert bucket.measure(10, 10, now + 60_000) == 100  # never more than the burst
+
+
+def mutation_manager(rate: float = 10.0) -> tuple[ControllerMutationQuotaManager, Clock]:
+    """Kafka's tests' settings: 10 samples of 1 s, a rate of 10: 100 tokens."""
+    clock = Clock()
+    manager = ControllerMutationQuotaManager(samples=10, window_s=1, clock=clock)
+    manager.set_quota(entity(user="ANONYMOUS", client_id="test-client"), rate)
+    return manager, clock
+
+
+def test_strict_controller_mutation_quota_as_kafka() -> None:
+    manager, clock = mutation_manager()
+    quota = manager.new_quota_for("ANONYMOUS", "test-client", strict=True)
+    quota.record(90)  # 10 left: taken
+    assert quota.throttle_time_ms() == 0
+    quota.record(90)  # -80: taken all the same, the bucket was not below zero
+    assert quota.throttle_time_ms() == 0
+    with pytest.raises(ThrottlingQuotaExceeded) as refused:
+        quota.record(90)
+    assert refused.value.error_code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    assert str(refused.value) == "The throttling quota has been exceeded."
+    assert refused.value.throttle_ms == quota.throttle_time_ms() == 8000
+    clock.now += 5
+    assert quota.throttle_time_ms() == 3000  # less the time since
+
+
+def test_permissive_controller_mutation_quota_as_kafka() -> None:
+    manager, clock = mutation_manager()
+    quota = manager.new_quota_for("ANONYMOUS", "test-client", strict=False)
+    quota.record(90)
+    assert quota.throttle_time_ms() == 0
+    quota.record(90)
+    assert quota.throttle_time_ms() == 8000
+    quota.record(90)  # taken, whatever the bucket
+    assert quota.throttle_time_ms() == 17_000
+    clock.now += 5
+    assert quota.throttle_time_ms() == 12_000
+
+
+def test_controller_mutation_quota_manager_as_kafka() -> None:
+    manager, clock = mutation_manager()
+    tags = ("ANONYMOUS", "test-client")
+    now = lambda: int(clock.now * 1000)  # noqa: E731
+    for _ in range(10):  # under the rate: never throttled
+        assert manager.record_mutation(tags, 10, now(), strict=True) == 0
+        clock.now += 1
+    assert manager.record_mutation(tags, 110, now(), strict=True) == 0  # 100 - 110
+    assert manager.record_mutation(tags, 110, now(), strict=True) == 1000  # refused
+    clock.now += 1
+    assert manager.record_mutation(tags, 110, now(), strict=True) == 0  # back to 0
+
+
+def test_controller_mutation_quotas_follow_kafkas_precedence() -> None:
+    manager = ControllerMutationQuotaManager(samples=10, window_s=1, clock=Clock())
+    assert manager.new_quota_for("bob", "app", strict=True) is UNBOUNDED_MUTATIONS
+    manager.set_quota(entity(user="bob"), 1.0)  # all of bob's client ids: one bucket
+    one = manager.new_quota_for("bob", "one", strict=True)
+    one.record(11)  # 10 tokens: taken below zero
+    with pytest.raises(ThrottlingQuotaExceeded):
+        manager.new_quota_for("bob", "two", strict=True).record(0)  # even for nothing
+    assert manager.tokens("bob", "three") == -1
+    # Others are not held by bob's quota; the broker without any quota is unbounded.
+    manager.new_quota_for("alice", "one", strict=True).record(1000)
+    manager.clear_quotas()
+    assert manager.new_quota_for("bob", "one", strict=True) is UNBOUNDED_MUTATIONS
+    UNBOUNDED_MUTATIONS.record(10**9)
+    assert UNBOUNDED_MUTATIONS.throttle_time_ms() == 0

@@ -242,7 +242,8 @@ def test_scram_a_server_error_in_server_final_fails_with_it() -> None:
 
 
 @pytest.mark.parametrize("tamper", [
-    lambda nonce: "x" + nonce[1:] + "server",  # does not start with ours
+    # does not start with ours (its first character changed, whatever the random one was)
+    lambda nonce: ("y" if nonce[0] == "x" else "x") + nonce[1:] + "server",
     lambda nonce: nonce,  # the server added nothing: a reflection, or a replay
     lambda nonce: nonce[:-1] + "server",  # ours cut short
 ])

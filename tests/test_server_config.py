@@ -699,6 +699,9 @@ def test_dynamic_flags_follow_kafka() -> None:
         security) == {
         "log.cleaner.threads", "producer.id.expiration.ms", "num.replica.fetchers",
         "transaction.partition.verification.enable",
+        # connection limits (server/connection_quotas.py), followed as they change
+        "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides",
+        "max.connection.creation.rate",
     }
 
 
@@ -974,13 +977,15 @@ def test_kafka_39_dynamic_rules() -> None:
         ({"ssl.keystore.location": "/k.jks", "ssl.truststore.location": "/t.jks"}, False,
          "These security configs can be dynamically updated only per-listener using the "
          "listener prefix: {ssl.keystore.location, ssl.truststore.location}"),
-        ({"sasl.jaas.config": "x"}, False, "Passwords cannot be updated dynamically"),
+        ({"sasl.jaas.config": "x"}, False, "Password encoder secret not configured"),
         ({"listener.name.x.ssl.key.password": "x"}, False, "password.encoder.secret"),
+        ({"listener.name.x.ssl.key.password": "x"}, True, "broker id must be specified"),
         ({"inter.broker.protocol.version": "3.9"}, False, "Cannot update these configs"),
         ({"authorizer.class.name": "x"}, False, "Cannot update these configs"),
-        ({"listener.name.internal.ssl.keystore.location": "/k.p12"}, False,
-         "TLS and SASL settings cannot be updated dynamically yet"),
-        ({"sasl.enabled.mechanisms": "PLAIN"}, False, "cannot be updated dynamically yet"),
+        ({"listener.name.internal.ssl.client.auth": "required"}, False,
+         "Only a TLS listener's keystore and truststore (listener.name.<listener>."
+         "ssl.keystore.location, ...) can be updated dynamically"),
+        ({"sasl.enabled.mechanisms": "PLAIN"}, False, "Only a TLS listener's keystore"),
         ({"background.threads": "0"}, False, "must be >= 1"),
     ]:
         with pytest.raises(InvalidConfigError) as info:
@@ -988,6 +993,11 @@ def test_kafka_39_dynamic_rules() -> None:
         assert says in str(info.value), updates
     # Removing a password is no update of one.
     assert c.with_dynamic({"sasl.jaas.config": None}) == c
+    # A listener's keystore and truststore are reloaded (KIP-226).
+    reloaded = c.with_dynamic({"listener.name.internal.ssl.keystore.location": "/k.p12",
+                               "listener.name.internal.ssl.truststore.type": "PEM"})
+    assert reloaded.listener_values("INTERNAL", ["ssl.keystore.location"]) == {
+        "ssl.keystore.location": "/k.p12"}
 
 
 def test_kafka_39_short_and_list_settings() -> None:

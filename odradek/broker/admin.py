@@ -13,6 +13,16 @@ topic, DELETE and DESCRIBE (DeleteTopics), ALTER (CreatePartitions), DELETE
 (DeleteRecords) on the topic; DESCRIBE (DescribeLogDirs, ListPartitionReassignments) and
 ALTER (ElectLeaders, AlterPartitionReassignments) on the cluster. What a refused request
 asks for is not done, and nothing is told of topics it may not see.
+
+CreateTopics, CreatePartitions and DeleteTopics count the partitions they create or
+delete against the client's controller_mutation_rate (KIP-599, Kafka's
+ControllerMutationQuotaManager), after a topic's checks and before its change: from
+CreateTopics v6, CreatePartitions v3 and DeleteTopics v5 a topic that finds the quota
+exhausted is refused with THROTTLING_QUOTA_EXCEEDED; older versions, which clients do not
+retry on it, have every topic changed. Either way the response's throttle_time_ms says how
+long until the quota has room again, and the connection waits that long (KIP-219). As in
+Kafka the quota is per broker: in a ZooKeeper cluster, where Odradek's brokers all take
+these requests (Kafka sends them to its controller), each broker counts its own.
 """
 
 from __future__ import annotations
@@ -55,6 +65,11 @@ from odradek.protocol.messages import (
 from odradek.protocol.primitives import ZERO_UUID
 from odradek.server.config import BrokerConfig
 from odradek.server.network import RequestContext
+from odradek.server.quota_manager import (
+    UNBOUNDED_MUTATIONS,
+    ControllerMutationQuota,
+    QuotaManagers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +77,10 @@ INVALID_OFFSET_LAG = -1  # DescribeLogDirs: a log no partition of this broker se
 INVALID_LOW_WATERMARK = -1  # DeleteRecords: a partition whose records were not deleted
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"  # KRaft's log: never a topic CreateTopics makes
 PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1  # ElectLeaders' election types (KIP-460)
+# The versions from which a request over its controller_mutation_rate is refused (Kafka's
+# strictSinceVersion); clients before them do not know THROTTLING_QUOTA_EXCEEDED.
+_STRICT_MUTATIONS_FROM = {ApiKey.CREATE_TOPICS: 6, ApiKey.CREATE_PARTITIONS: 3,
+                          ApiKey.DELETE_TOPICS: 5}
 
 
 class AdminManager:
@@ -73,6 +92,7 @@ class AdminManager:
         self.replica_manager = replica_manager
         self.kafka_controller = kafka_controller  # in a ZooKeeper cluster
         self.auth = ALLOW_ALL  # the broker sets its own once built (the ConfigManager's too)
+        self.quotas: QuotaManagers | None = None  # controller_mutation_rate (KIP-599)
 
     @property
     def auth(self) -> AuthHelper:
@@ -102,6 +122,28 @@ class AdminManager:
             **self.configs.handlers(),
         }
 
+    # ---- controller mutation quotas (KIP-599) ------------------------------------------
+
+    def _mutation_quota(self, request: Request,
+                        context: RequestContext) -> ControllerMutationQuota:
+        """Kafka's ControllerMutationQuotaManager.newQuotaFor: strict from the API's
+        version that may refuse, permissive before."""
+        if self.quotas is None:
+            return UNBOUNDED_MUTATIONS
+        return self.quotas.controller_mutation.new_quota_for(
+            context.principal.name, context.client_id,
+            strict=request.api_version >= _STRICT_MUTATIONS_FROM[request.api.api_key])
+
+    @staticmethod
+    def _mutation_throttle(quota: ControllerMutationQuota, context: RequestContext,
+                           response: Any) -> Any:
+        """The response, with the quota's throttle time (the connection muted for it)."""
+        throttle = quota.throttle_time_ms()
+        if throttle > 0:
+            response.throttle_time_ms = throttle
+            context.throttle_ms = max(context.throttle_ms, throttle)
+        return response
+
     # ---- CreateTopics / DeleteTopics --------------------------------------------------
 
     async def handle_create_topics(self, request: Request, context: RequestContext) -> Message:
@@ -122,6 +164,7 @@ class AdminManager:
                                                ResourceType.TOPIC, wanted)
         describable = auth.filter_authorized(context, AclOperation.DESCRIBE_CONFIGS,
                                              ResourceType.TOPIC, wanted, log_if_denied=False)
+        quota = self._mutation_quota(request, context)
         results = []
         for t in body.topics:
             result = create_topics_response.CreatableTopicResult(name=t.name)
@@ -140,15 +183,18 @@ class AdminManager:
             else:
                 try:
                     await self._create_topic(t, body.validate_only, result, version,
-                                             include_configs=t.name in describable)
+                                             include_configs=t.name in describable,
+                                             quota=quota)
                 except KafkaError as e:
                     _create_failed(result, version, int(e.error_code), str(e))
                     result.topic_config_error_code = ErrorCode.NONE
-        return create_topics_response.CreateTopicsResponse(topics=results)
+        return self._mutation_throttle(
+            quota, context, create_topics_response.CreateTopicsResponse(topics=results))
 
     async def _create_topic(self, t: Any, validate_only: bool,
                             result: create_topics_response.CreatableTopicResult,
-                            version: int, *, include_configs: bool) -> None:
+                            version: int, *, include_configs: bool,
+                            quota: ControllerMutationQuota = UNBOUNDED_MUTATIONS) -> None:
         partitions = t.num_partitions
         replication_factor = t.replication_factor
         assignments = None
@@ -174,6 +220,10 @@ class AdminManager:
             controller.check_new_topic(t.name, partitions, replication_factor, assignments)
             topic_id = ZERO_UUID
         else:
+            if quota.bounded:  # counted once the topic passes its checks, as in Kafka
+                controller.check_new_topic(t.name, partitions, replication_factor,
+                                           assignments)
+                quota.record(len(assignments) if assignments else partitions)
             topic = await controller.create_topic(t.name, partitions, replication_factor,
                                                   configs, assignments)
             topic_id = topic.topic_id
@@ -222,6 +272,7 @@ class AdminManager:
                 name = None if topic is None else topic.name
             results.append(response.DeletableTopicResult(name=name, topic_id=topic_id))
         named = [r.name for r in results if r.name is not None]
+        quota = self._mutation_quota(request, context)
         describable = self.auth.filter_authorized(context, AclOperation.DESCRIBE,
                                                   ResourceType.TOPIC, named)
         deletable = self.auth.filter_authorized(context, AclOperation.DELETE,
@@ -242,13 +293,17 @@ class AdminManager:
             try:
                 if is_internal(name):
                     raise InvalidTopicError(f"the internal topic {name} cannot be deleted")
+                # Its partitions (none if it does not exist), as Kafka counts them.
+                known = self.controller.topics.get(name)
+                quota.record(0 if known is None else len(known.partitions))
                 deleted = await self.controller.delete_topic(name)
                 if version >= 6:
                     result.topic_id = deleted.topic_id
             except KafkaError as e:
                 result.error_code = int(e.error_code)
                 result.error_message = str(e)
-        return response.DeleteTopicsResponse(responses=results)
+        return self._mutation_throttle(quota, context,
+                                       response.DeleteTopicsResponse(responses=results))
 
     # ---- CreatePartitions -------------------------------------------------------------
 
@@ -260,6 +315,7 @@ class AdminManager:
         alterable = self.auth.filter_authorized(
             context, AclOperation.ALTER, ResourceType.TOPIC,
             (t.name for t in body.topics if t.name not in duplicates))
+        quota = self._mutation_quota(request, context)
         results = []
         for t in body.topics:
             if t.name in duplicates:
@@ -274,6 +330,13 @@ class AdminManager:
             assignments = (None if t.assignments is None
                            else [list(a.broker_ids) for a in t.assignments])
             try:
+                if quota.bounded and not body.validate_only:
+                    # Counted once the change passes its checks, as in Kafka.
+                    await self.controller.create_partitions(t.name, t.count, assignments,
+                                                            True)
+                    current = self.controller.topics.get(t.name)
+                    quota.record(t.count - (0 if current is None
+                                            else len(current.partitions)))
                 await self.controller.create_partitions(t.name, t.count, assignments,
                                                         body.validate_only)
             except KafkaError as e:
@@ -284,7 +347,8 @@ class AdminManager:
         results += [create_partitions_response.CreatePartitionsTopicResult(
             name=name, error_code=ErrorCode.INVALID_REQUEST,
             error_message="Duplicate topic name.") for name in duplicates]
-        return create_partitions_response.CreatePartitionsResponse(results=results)
+        return self._mutation_throttle(
+            quota, context, create_partitions_response.CreatePartitionsResponse(results=results))
 
     # ---- DeleteRecords ----------------------------------------------------------------
 

@@ -36,8 +36,10 @@ Completed = Callable[[Partition, int, int, int, PartitionState | None], None]
 
 class AlterPartitionManager:
     def __init__(self, node_id: int, controller: ControllerEndpoint, client: InterBrokerClient,
-                 completed: Completed, *, retry_backoff_ms: int = 100) -> None:
+                 completed: Completed, *, retry_backoff_ms: int = 100,
+                 broker_epoch: Callable[[], int] = lambda: -1) -> None:
         self.node_id = node_id
+        self._broker_epoch = broker_epoch  # this broker's, which the controller checks
         self._controller = controller
         self._client = client
         self._completed = completed
@@ -109,6 +111,7 @@ class AlterPartitionManager:
                     p.new_isr = isr
                 data.partitions.append(p)
             return request_schema.AlterPartitionRequest(broker_id=self.node_id,
+                                                        broker_epoch=self._broker_epoch(),
                                                         topics=list(topics.values()))
 
         try:

@@ -10,8 +10,10 @@ error codes in the response; nothing a client sends makes a handler raise.
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -174,7 +176,8 @@ class KafkaApis:
                  acl_store: AclStore | None = None,
                  quota_apis: QuotaApis | None = None) -> None:
         self.config = config
-        # Client quotas (KIP-13): produce and fetch bytes per user and client id.
+        # Client quotas (KIP-13, KIP-124, KIP-599): produce and fetch bytes, request time
+        # and (AdminManager's) controller mutations per user and client id.
         self.quotas = quota_apis.quotas if quota_apis is not None else None
         self.auth = auth  # every handler asks it (Kafka's AuthHelper)
         self.txn_verifier = txn_verifier  # KIP-890: None verifies nothing
@@ -199,6 +202,7 @@ class KafkaApis:
                                                                   metadata_cache, auth=auth),
         }
         admin.auth = auth
+        admin.quotas = self.quotas
         handlers.update(admin.handlers())
         if scram is not None:
             scram.auth = auth
@@ -241,19 +245,61 @@ class KafkaApis:
             error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=self._api_versions.api_keys)
 
     async def handle(self, request: Request, context: RequestContext) -> Message | None:
-        if request.api.api_key in INTER_BROKER_APIS:
-            if context.listener_name != self.config.inter_broker_listener_name:
-                log.warning("refused %s from %s:%d on listener %s: inter-broker requests "
-                            "are served on the inter-broker listener %s only",
-                            request.api.name, context.client_host, context.client_port,
-                            context.listener_name, self.config.inter_broker_listener_name)
-                return inter_broker_refused(request)
-            if not self.auth.authorize_cluster(context, AclOperation.CLUSTER_ACTION):
-                return inter_broker_refused(request)
-        result = self._handlers[request.api.api_key](request, context)
-        if inspect.isawaitable(result):
-            result = await result
+        key = request.api.api_key
+        quotas = self.quotas
+        timer = None
+        if quotas is not None and quotas.request.quotas:
+            # request_percentage in force (KIP-124): the request's event-loop time is
+            # measured from when its frame was taken up (odradek/server/quota_manager.py).
+            timer = context.timer = quotas.request.timer(
+                context.principal.name, context.client_id,
+                context.started_ns or time.perf_counter_ns())
+        refusal = None
+        if key in INTER_BROKER_APIS:
+            refusal = self._inter_broker_refusal(request, context)
+        if refusal is not None:
+            result: Message | None = refusal
+        else:
+            result = self._handlers[key](request, context)
+            if inspect.isawaitable(result):
+                if timer is None:
+                    result = await result
+                else:
+                    steps = result.__await__()
+                    try:
+                        signal = steps.send(None)  # most handlers complete without waiting
+                    except StopIteration as done:
+                        result = done.value
+                    else:  # the timer paused while it waits
+                        result = await timer.run_rest(steps, signal)
+        if timer is None:
+            return result
+        timer.pause()
+        # Exempt as in Kafka: the inter-broker requests served (refused ones count), and
+        # produces with acks=0 (nothing to answer); followers' fetches say so themselves.
+        exempt = (key in INTER_BROKER_APIS and refusal is None) or result is None
+        throttle = timer.record(exempt=exempt)
+        if throttle > 0 and result is not None:
+            # The response carries the larger of its own throttle time (byte rates,
+            # controller mutations) and the request quota's; the connection is muted.
+            context.throttle_ms = max(context.throttle_ms, throttle)
+            current = getattr(result, "throttle_time_ms", None)
+            if current is not None and current < throttle:
+                result = copy.copy(result)  # handlers may share one (ApiVersions')
+                result.throttle_time_ms = throttle  # type: ignore[attr-defined]
         return result
+
+    def _inter_broker_refusal(self, request: Request, context: RequestContext
+                              ) -> Message | None:
+        if context.listener_name != self.config.inter_broker_listener_name:
+            log.warning("refused %s from %s:%d on listener %s: inter-broker requests "
+                        "are served on the inter-broker listener %s only",
+                        request.api.name, context.client_host, context.client_port,
+                        context.listener_name, self.config.inter_broker_listener_name)
+            return inter_broker_refused(request)
+        if not self.auth.authorize_cluster(context, AclOperation.CLUSTER_ACTION):
+            return inter_broker_refused(request)
+        return None
 
     # ---- ApiVersions, Metadata, DescribeCluster ----------------------------------------
 
@@ -334,7 +380,7 @@ class KafkaApis:
                         and not is_internal(wanted.name)):
                     # Until the controller has elected its leaders (ZooKeeper) the new
                     # topic is LEADER_NOT_AVAILABLE, and clients ask again.
-                    missing = (await self._auto_create(wanted.name)
+                    missing = (await self._auto_create(wanted.name, context)
                                or ErrorCode.LEADER_NOT_AVAILABLE)
                 topics.append(self._topic_metadata(wanted.name, listener, version, missing))
         if body.include_topic_authorized_operations:
@@ -391,10 +437,16 @@ class KafkaApis:
             name=name, topic_id=topic.topic_id, is_internal=is_internal(name),
             partitions=partitions)
 
-    async def _auto_create(self, name: str) -> int:
+    async def _auto_create(self, name: str, context: RequestContext) -> int:
         """Creates a topic a Metadata request names; NONE or the error to answer with."""
         try:
             validate_topic_name(name)
+            if self.quotas is not None:
+                # Counted against the client's controller_mutation_rate as in Kafka: never
+                # refused, and the Metadata response is not throttled for it.
+                self.quotas.controller_mutation.new_quota_for(
+                    context.principal.name, context.client_id, strict=False,
+                ).record(self.config.num_partitions)
             await self.controller.create_topic(
                 name, self.config.num_partitions, self.config.default_replication_factor, {})
         except TopicExistsError:
@@ -678,13 +730,19 @@ class KafkaApis:
             else:
                 responses.append(fetch_response.FetchableTopicResponse(
                     topic=name, topic_id=topic_id if by_id else ZERO_UUID, partitions=[data]))
-        if quotas is not None and quotas.fetch.enabled:
+        timer = context.timer  # request_percentage in force
+        if timer is not None and replica_id >= 0:
+            timer.record(exempt=True)  # Kafka's followers' fetches are exempt
+        if quotas is not None and (quotas.fetch.enabled or timer is not None):
             user, client_id = context.principal.name, context.client_id
+            # Kafka's order: the request's time, then the bytes.
+            request_throttle = timer.record() if timer is not None else 0
             size = sum(len(p.records or b"") for t in responses for p in t.partitions)
-            throttle_ms = quotas.fetch.record(user, client_id, size)
+            throttle_ms = max(quotas.fetch.record(user, client_id, size), request_throttle)
             if throttle_ms > 0:
-                # Kafka's throttled fetch: the bytes read are not counted, and not sent (an
-                # empty response, as its FetchContext.getThrottledResponse).
+                # Kafka's throttled fetch (for either quota): the bytes read are not
+                # counted, and not sent (an empty response, as its
+                # FetchContext.getThrottledResponse).
                 quotas.fetch.unrecord(user, client_id, size)
                 context.throttle_ms = throttle_ms
                 return fetch_response.FetchResponse(

@@ -61,8 +61,10 @@ from odradek.protocol.messages import (
     incremental_alter_configs_response,
 )
 from odradek.security.acl import ClusterAuthorizationError
+from odradek.security.password_encoder import PasswordEncoder, PasswordEncoderError
 from odradek.server.config import (
     LIST_CONFIG_TYPE,
+    PASSWORD_CONFIG_TYPE,
     BrokerConfig,
     ConfigEntry,
     ConfigSource,
@@ -121,6 +123,9 @@ class TopicAuthorizationError(KafkaError):
 
 
 BrokerConfigListener = Callable[[BrokerConfig], None]
+# Checks what a new BrokerConfig asks of running parts (a TLS listener's new keystore) and
+# returns what puts it in force, or None when it asks nothing; raises InvalidConfigError.
+BrokerReconfiguration = Callable[[BrokerConfig], Callable[[], None] | None]
 
 
 class ConfigManager:
@@ -128,6 +133,7 @@ class ConfigManager:
         self.config = config  # the one in force, dynamic layers included
         self.controller = controller
         self.on_broker_config_change: BrokerConfigListener | None = None
+        self.prepare_reconfiguration: BrokerReconfiguration | None = None
         self.auth: AuthHelper = ALLOW_ALL  # the broker sets its own once built
         # One resource's change at a time: each reads what the one before it stored.
         self._altering = asyncio.Lock()
@@ -392,7 +398,20 @@ class ConfigManager:
             raise InvalidRequestError(str(e)) from None
         if not self.auth.authorize_cluster(context, AclOperation.ALTER_CONFIGS):
             raise ClusterAuthorizationError()  # without a message, as Kafka
-        if validate_only or not updates:
+        # A keystore given again, its file replaced in place, is reloaded even though no
+        # value changed (Kafka's reloadUpdatedFilesWithoutConfigChange); files are read
+        # only for an authorized client.
+        reconfigure = None
+        if self.prepare_reconfiguration is not None:
+            try:
+                reconfigure = await asyncio.to_thread(self.prepare_reconfiguration, new)
+            except InvalidConfigError as e:
+                raise InvalidRequestError(str(e)) from None
+        if validate_only:
+            return
+        if not updates:
+            if reconfigure is not None:
+                reconfigure()
             return
         # The store's read and write (ZooKeeper round trips, or the metadata file's
         # write) in a worker thread: the event loop serves other clients meanwhile.
@@ -403,23 +422,84 @@ class ConfigManager:
         for warning in ignored_settings(updates):
             log.warning("broker %s%s: %s", self.config.node_id,
                         " (cluster-wide default)" if cluster_default else "", warning)
+        if reconfigure is not None:
+            reconfigure()
         if self.on_broker_config_change is not None:
             self.on_broker_config_change(new)
 
     def _store_broker_layers(self, config: BrokerConfig) -> None:
         stored = {k: v for k, v in self.store.broker_configs().items()
                   if _entity(k) not in (CLUSTER_DEFAULT_ENTITY, str(config.node_id))}
+        encoder = password_encoder(config)
         for entity, layer in ((CLUSTER_DEFAULT_ENTITY, config.dynamic_defaults),
                               (str(config.node_id), config.dynamic)):
-            stored.update((f"{entity}/{k}", v) for k, v in layer.items())
+            for k, v in layer.items():
+                if _is_password(k):  # with_dynamic let it through: there is an encoder
+                    assert encoder is not None
+                    v = encoder.encode(v)
+                stored[f"{entity}/{k}"] = v
         self.store.set_broker_configs(stored)
+
+
+def password_encoder(config: BrokerConfig, *, old: bool = False) -> PasswordEncoder | None:
+    """The encoder of the broker's password.encoder.secret (or .old.secret); None without."""
+    secret = config.get("password.encoder.old.secret" if old else "password.encoder.secret")
+    if secret is None:
+        return None
+    return PasswordEncoder(str(secret), config.get("password.encoder.keyfactory.algorithm"),
+                           config.get("password.encoder.cipher.algorithm"),
+                           config.get("password.encoder.key.length"),
+                           config.get("password.encoder.iterations"))
+
+
+def _is_password(name: str) -> bool:
+    try:
+        return broker_key(name).config_type == PASSWORD_CONFIG_TYPE
+    except InvalidConfigError:  # a stored name no longer known: load_dynamic skips it
+        return False
+
+
+def _decode_passwords(config: BrokerConfig, store: MetadataStore,
+                      stored: dict[str, str]) -> dict[str, str]:
+    """The stored dynamic configs with their passwords decoded (Kafka's
+    fromPersistentProps): one the secret cannot decode is left out with an error logged.
+    Passwords password.encoder.old.secret decodes are stored again under the new secret
+    (Kafka's maybeReEncodePasswords)."""
+    encoder, old = password_encoder(config), password_encoder(config, old=True)
+    decoded, reencoded = dict(stored), {}
+    for name, value in stored.items():
+        entity, _, key = name.partition("/")
+        if entity != str(config.node_id) or not _is_password(key):
+            continue
+        plain = None
+        for candidate in (old, encoder):
+            if candidate is None:
+                continue
+            try:
+                plain = candidate.decode(value)
+            except PasswordEncoderError:
+                continue
+            if candidate is old and encoder is not None:
+                reencoded[name] = encoder.encode(plain)
+            break
+        if plain is None:
+            log.error("Dynamic password config %s could not be decoded, ignoring.%s", name,
+                      "" if encoder else " (password.encoder.secret is not set)")
+            del decoded[name]
+        else:
+            decoded[name] = plain
+    if reencoded:
+        store.set_broker_configs({**stored, **reencoded})
+        log.info("dynamic password configs %s encoded again with the new "
+                 "password.encoder.secret", sorted(reencoded))
+    return decoded
 
 
 def load_dynamic_broker_configs(config: BrokerConfig, store: MetadataStore) -> BrokerConfig:
     """`config` with the dynamic broker configs kept in the metadata store applied, at
     start-up. One that no longer applies (e.g. after an upgrade) is skipped with a warning
     rather than keeping the broker down, as Kafka does."""
-    stored = store.broker_configs()
+    stored = _decode_passwords(config, store, store.broker_configs())
     for entity, cluster_default in ((CLUSTER_DEFAULT_ENTITY, True),
                                     (str(config.node_id), False)):
         layer = {k.split("/", 1)[1]: v for k, v in stored.items() if _entity(k) == entity}

@@ -4,6 +4,10 @@ Kafka's ControllerChannelManager keeps a queue and a sender per broker: requests
 broker (LeaderAndIsr, UpdateMetadata, StopReplica) must arrive in the order the controller
 made them, and one that fails is sent again until it is answered or the broker leaves the
 cluster. Here each broker's queue is drained by an asyncio task over one InterBrokerClient.
+
+Each request carries the broker epoch of the registration it is meant for (the
+`broker_epoch` field of these requests), so that a broker that registered again since
+refuses it (STALE_BROKER_EPOCH) rather than acting on what was meant for its predecessor.
 """
 
 from __future__ import annotations
@@ -34,11 +38,15 @@ class ControllerChannelManager:
         self.client = client
         self._queues: dict[int, asyncio.Queue[tuple[Request, Callback | None]]] = {}
         self._senders: dict[int, asyncio.Task[None]] = {}
+        self._epochs: dict[int, int] = {}
 
-    def update_brokers(self, endpoints: Mapping[int, tuple[str, int]]) -> None:
-        """The live brokers: senders start for new ones and stop for those gone (their
-        queued requests are dropped; a broker that comes back gets fresh state)."""
+    def update_brokers(self, endpoints: Mapping[int, tuple[str, int]],
+                       epochs: Mapping[int, int] | None = None) -> None:
+        """The live brokers, with their broker epochs: senders start for new ones and stop
+        for those gone (their queued requests are dropped; a broker that comes back gets
+        fresh state)."""
         self.client.update_endpoints(endpoints)
+        self._epochs = dict(epochs or {})
         for broker_id in list(self._senders):
             if broker_id not in endpoints:
                 self._senders.pop(broker_id).cancel()
@@ -62,7 +70,8 @@ class ControllerChannelManager:
             request, callback = await queue.get()
             while True:
                 try:
-                    response = await self.client.send(broker_id, request)
+                    response = await self.client.send(
+                        broker_id, self._with_epoch(request, self._epochs.get(broker_id, -1)))
                 except DisconnectedError as e:
                     log.debug("controller request to broker %d failed, retrying: %s",
                               broker_id, e)
@@ -79,6 +88,23 @@ class ControllerChannelManager:
                         log.exception("handling broker %d's answer to %s failed", broker_id,
                                       _name(request))
                 break
+
+    @staticmethod
+    def _with_epoch(request: Request, epoch: int) -> Request:
+        """The request with the recipient's broker epoch, in whichever version goes out."""
+        if isinstance(request, RequestBuilder):
+            build = request.build
+
+            def stamped(version: int) -> Message:
+                message = build(version)
+                if hasattr(message, "broker_epoch"):
+                    message.broker_epoch = epoch
+                return message
+
+            return RequestBuilder(request.api_key, stamped, request.max_version)
+        if hasattr(request, "broker_epoch"):
+            request.broker_epoch = epoch
+        return request
 
     async def close(self) -> None:
         for task in self._senders.values():

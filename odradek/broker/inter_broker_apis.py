@@ -7,6 +7,12 @@ AlterPartition (a leader's ISR changes) and ControlledShutdown (a broker about t
 hands its leaderships over). A request from a controller older than the newest one this
 broker has heard from is refused with STALE_CONTROLLER_EPOCH, so a deposed controller
 cannot undo its successor's work.
+
+Each request also carries the broker epoch of the registration it concerns (the czxid of
+/brokers/ids/<id>): one meant for an earlier registration of the broker is refused with
+STALE_BROKER_EPOCH, in both directions. Beyond Kafka, which lets -1 ("unknown", from
+brokers older than KIP-380) through, -1 is refused too: every broker of an Odradek cluster
+sends its epoch, and a request without one did not come from the controller.
 """
 
 from __future__ import annotations
@@ -68,6 +74,14 @@ class InterBrokerApis:
             return True
         return False
 
+    def _stale_broker_epoch(self, broker_epoch: int, api: str) -> bool:
+        current = self.store.broker_epoch
+        if broker_epoch < current:
+            log.warning("ignoring %s for broker epoch %d: this broker's is %d", api,
+                        broker_epoch, current)
+            return True
+        return False
+
     # ---- from the controller ----------------------------------------------------------
 
     async def handle_leader_and_isr(self, request: Request, context: RequestContext) -> Message:
@@ -76,6 +90,8 @@ class InterBrokerApis:
         response = leader_and_isr_response
         if self._stale(body.controller_epoch, "LeaderAndIsr"):
             return response.LeaderAndIsrResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
+        if self._stale_broker_epoch(body.broker_epoch, "LeaderAndIsr"):
+            return response.LeaderAndIsrResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
         self.cache.controller_epoch = body.controller_epoch
         if version >= 2:
             topics = [(t.topic_name, t.topic_id, t.partition_states) for t in body.topic_states]
@@ -131,6 +147,8 @@ class InterBrokerApis:
         response = update_metadata_response.UpdateMetadataResponse
         if self._stale(body.controller_epoch, "UpdateMetadata"):
             return response(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
+        if self._stale_broker_epoch(body.broker_epoch, "UpdateMetadata"):
+            return response(error_code=ErrorCode.STALE_BROKER_EPOCH)
         if request.api_version < 5:  # the partitions were not grouped by topic yet
             grouped: dict[str, update_metadata_request.UpdateMetadataTopicState] = {}
             for s in body.ungrouped_partition_states:
@@ -146,6 +164,8 @@ class InterBrokerApis:
         response = stop_replica_response
         if self._stale(body.controller_epoch, "StopReplica"):
             return response.StopReplicaResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
+        if self._stale_broker_epoch(body.broker_epoch, "StopReplica"):
+            return response.StopReplicaResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
         if version >= 3:
             stops = [((t.topic_name, p.partition_index), p.delete_partition)
                      for t in body.topic_states for p in t.partition_states]
@@ -167,6 +187,8 @@ class InterBrokerApis:
                                          context: RequestContext) -> Message:
         body = cast(controlled_shutdown_request.ControlledShutdownRequest, request.body)
         response = controlled_shutdown_response
+        if self.controller.broker_epoch_is_stale(body.broker_id, body.broker_epoch):
+            return response.ControlledShutdownResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
         try:
             remaining = await self.controller.controlled_shutdown(body.broker_id)
         except NotControllerError:
@@ -180,6 +202,8 @@ class InterBrokerApis:
         body = cast(alter_partition_request.AlterPartitionRequest, request.body)
         version = request.api_version
         response = alter_partition_response
+        if self.controller.broker_epoch_is_stale(body.broker_id, body.broker_epoch):
+            return response.AlterPartitionResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
         names = {t.topic_id: t.name for t in self.controller.topics.values()}
         changes: list[IsrChange] = []
         for t in body.topics:

@@ -21,7 +21,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, cast
 
@@ -65,8 +65,15 @@ from odradek.security.acl_store import AclStore, EmbeddedAclStore, ZkAclStore
 from odradek.security.authorizer import AclAuthorizer, parse_super_users
 from odradek.security.credential_cache import CredentialCache
 from odradek.security.principal import ANONYMOUS, KafkaPrincipal
-from odradek.server.channel_builder import build_listener_security
+from odradek.security.ssl_factory import SslConfigError, reload_client_context
+from odradek.server.channel_builder import (
+    SSL_CONFIGS,
+    build_listener_security,
+    listener_ssl_values,
+    prepare_tls_reload,
+)
 from odradek.server.config import BrokerConfig
+from odradek.server.connection_quotas import ConnectionLimits, ConnectionQuotas
 from odradek.server.network import BoundListener, SocketServer
 from odradek.server.quota_manager import QuotaManagers
 from odradek.storage.checkpoints import write_durably
@@ -214,7 +221,8 @@ class KafkaServer:
                 config.node_id, lambda: self._controller_endpoint(cache),
                 InterBrokerClient(client_id=f"broker-{config.node_id}-alter-partition",
                                   security=self.inter_broker_security),
-                self.replica_manager.alter_partition_completed)
+                self.replica_manager.alter_partition_completed,
+                broker_epoch=self._broker_epoch)
             self.alter_partition_manager.start()
             self.replica_manager.alter_partition = self.alter_partition_manager.submit
         else:
@@ -223,6 +231,7 @@ class KafkaServer:
         admin = self.admin = AdminManager(config, controller, self.replica_manager,
                                           self.kafka_controller)
         admin.configs.on_broker_config_change = self._broker_config_changed
+        admin.configs.prepare_reconfiguration = self._prepare_tls_reload
         # KIP-890: a transactional produce's partition must be in its transaction.
         self.txn_verifier = TransactionVerifier(
             config.node_id, cache, config.inter_broker_listener_name,
@@ -232,9 +241,13 @@ class KafkaServer:
             if zk_store is not None else None,
             enabled=config.get("transaction.partition.verification.enable"),
             request_timeout_ms=config.get("request.timeout.ms"))
-        # Client quotas (KIP-13, KIP-55): the stored ones, before the listeners open.
-        self.quotas = QuotaManagers(samples=config.get("quota.window.num"),
-                                    window_s=config.get("quota.window.size.seconds"))
+        # Client quotas (KIP-13, KIP-55, KIP-124, KIP-599): the stored ones, before the
+        # listeners open.
+        self.quotas = QuotaManagers(
+            samples=config.get("quota.window.num"),
+            window_s=config.get("quota.window.size.seconds"),
+            controller_samples=config.get("controller.quota.window.num"),
+            controller_window_s=config.get("controller.quota.window.size.seconds"))
         self.quota_apis = QuotaApis(store, self.quotas)
         await self.quota_apis.reload()
         apis = KafkaApis(config, self.replica_manager, controller, admin,
@@ -247,7 +260,12 @@ class KafkaServer:
             connections_max_idle_ms=config.connections_max_idle_ms,
             queued_max_request_bytes=config.get("queued.max.request.bytes"),
             request_receive_timeout_ms=config.get("socket.request.receive.timeout.ms"),
+            connection_quotas=ConnectionQuotas(
+                samples=config.get("quota.window.num"),
+                window_s=config.get("quota.window.size.seconds")),
         )
+        # max.connections(.per.ip), max.connection.creation.rate: followed as they change.
+        await self.socket_server.set_connection_limits(ConnectionLimits.from_config(config))
         self.bound = await self.socket_server.start(
             [(li.name, li.host, li.port) for li in config.listeners], security)
         endpoints = self._advertised_endpoints()
@@ -290,7 +308,8 @@ class KafkaServer:
                     client.update_endpoints({controller_id: address})
                     try:
                         response = cast(ControlledShutdownResponse, await client.send(
-                            controller_id, ControlledShutdownRequest(broker_id=config.node_id)))
+                            controller_id, ControlledShutdownRequest(
+                                broker_id=config.node_id, broker_epoch=self._broker_epoch())))
                     except (DisconnectedError, KafkaError) as e:
                         log.info("controlled shutdown attempt %d failed: %s", attempt, e)
                     else:
@@ -415,13 +434,59 @@ class KafkaServer:
         log.info("topic %s configs changed: %s", name, topic.configs)
 
     def _broker_config_changed(self, config: BrokerConfig) -> None:
-        # Dynamic broker configs: the topic defaults apply at once; the other dynamic
-        # settings (log.cleaner.threads, producer.id.expiration.ms) at the next start.
+        # Dynamic broker configs: the topic defaults and connection limits apply at once;
+        # the other dynamic settings (log.cleaner.threads, producer.id.expiration.ms) at
+        # the next start.
         self.config = config
         if self.txn_verifier is not None:
             self.txn_verifier.enabled = config.get("transaction.partition.verification.enable")
+        if self.socket_server is not None:
+            self.socket_server.update_connection_limits(ConnectionLimits.from_config(config))
         assert self.replica_manager is not None
         self.replica_manager.default_log_config_changed(config.log_config)
+
+    def _broker_epoch(self) -> int:
+        return -1 if self.zk_store is None else self.zk_store.broker_epoch
+
+    def _prepare_tls_reload(self, config: BrokerConfig) -> Callable[[], None] | None:
+        """The TLS listeners whose keystore or truststore settings or files changed, with
+        their new contexts checked (KIP-226; in a worker thread: files are read); what
+        installs them, and the inter-broker client's side of its listener, or None."""
+        assert self.socket_server is not None
+        reloads = []
+        for listener in config.listeners:
+            security = self.socket_server.security.get(listener.name)
+            if security is None or security.tls is None:
+                continue
+            context = prepare_tls_reload(config, security, listener)
+            if context is not None:
+                reloads.append((security, context, listener_ssl_values(config, listener)))
+        if not reloads:
+            return None
+        client_values = None
+        if self.inter_broker_security is not None and \
+                self.inter_broker_security.ssl_context is not None and any(
+                    s.name == config.inter_broker_listener_name for s, _, _ in reloads):
+            client_values = config.listener_values(config.inter_broker_listener_name,
+                                                   SSL_CONFIGS)
+
+        def install() -> None:
+            for security, context, values in reloads:
+                assert security.tls is not None
+                security.tls.install(context, values)
+                log.info("listener %s: reloaded its TLS keystore and truststore; new "
+                         "connections use them", security.name)
+            if client_values is not None:
+                assert self.inter_broker_security is not None
+                assert self.inter_broker_security.ssl_context is not None
+                try:
+                    reload_client_context(self.inter_broker_security.ssl_context,
+                                          client_values)
+                except SslConfigError as e:  # the files changed again since prepared
+                    log.error("inter-broker client: the reloaded TLS stores cannot be "
+                              "used; connections keep the previous ones: %s", e)
+
+        return install
 
     def _report_stray_logs(self, controller: Controller) -> None:
         # Logs of topics the metadata does not know (e.g. a deletion interrupted by a

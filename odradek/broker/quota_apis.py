@@ -206,9 +206,13 @@ def _value(key: str, value: float) -> str:
     if value != value or value < 0:  # NaN or negative
         raise _invalid(f"Configuration {key} must be a non-negative value")
     if key in _LONG_KEYS:
+        if value == float("inf"):  # Kafka: (value + epsilon).toLong is Long.MaxValue
+            raise _invalid(f"Configuration {key} must be a Long value")
         epsilon = 1e-6
         as_long = int(value + epsilon)
         if abs(as_long - value) > epsilon:
             raise _invalid(f"Configuration {key} must be a Long value")
         return str(as_long)
+    if value == float("inf"):
+        return "Infinity"  # Java's Double.toString, which Kafka's znodes hold
     return repr(float(value))

@@ -71,7 +71,8 @@ class ControllerChannel(Protocol):
     requests to one broker go out in the order they were queued, and are retried until
     they are answered or the broker leaves."""
 
-    def update_brokers(self, endpoints: Mapping[int, tuple[str, int]]) -> None: ...
+    def update_brokers(self, endpoints: Mapping[int, tuple[str, int]],
+                       epochs: Mapping[int, int] | None = None) -> None: ...
 
     def send(self, broker_id: int, request: Message | RequestBuilder,
              callback: Callable[[Message], None] | None = None) -> None: ...
@@ -268,7 +269,7 @@ class KafkaController:
         have a live leader where one may lead, and tell every broker."""
         log.info("controller %d: taking over with epoch %s", self.node_id, self.epoch)
         self.live = await self._zk(self.store.live_brokers)
-        self.channel.update_brokers(self._endpoints())
+        self._update_channel()
         self.topics = await self._zk(self.store.topics)
         await self._watch_partitions(list(self.topics))
         self._watches.append(await self._zk(
@@ -309,14 +310,14 @@ class KafkaController:
                 self.live.pop(broker_id, None)
                 self.shutting_down.discard(broker_id)
                 self.offline_replicas.pop(broker_id, None)
-            self.channel.update_brokers(self._endpoints())
+            self._update_channel()
             await self._on_brokers_failure(dead)
         if new:
             log.info("controller %d: brokers %s joined", self.node_id, sorted(new))
             for broker_id in new:
                 self.live[broker_id] = registrations[broker_id]
                 self.offline_replicas.pop(broker_id, None)  # restarted: its dirs are back
-            self.channel.update_brokers(self._endpoints())
+            self._update_channel()
             await self._on_brokers_startup(new)
 
     async def _on_brokers_failure(self, dead: set[int]) -> None:
@@ -883,6 +884,16 @@ class KafkaController:
     def _epoch(self) -> int:
         assert self.epoch is not None
         return self.epoch
+
+    def broker_epoch_is_stale(self, broker_id: int, broker_epoch: int) -> bool:
+        """A request of a broker's earlier registration (a smaller epoch than the live one;
+        -1, which Kafka lets through for old brokers, too)."""
+        registration = self.live.get(broker_id)
+        return registration is not None and broker_epoch < registration.epoch
+
+    def _update_channel(self) -> None:
+        self.channel.update_brokers(self._endpoints(),
+                                    {b: r.epoch for b, r in self.live.items()})
 
     def _endpoints(self) -> dict[int, tuple[str, int]]:
         endpoints = {}

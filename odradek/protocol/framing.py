@@ -31,13 +31,15 @@ DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024  # socket.request.max.bytes
 _API_KEY_AND_VERSION = struct.Struct(">hh")
 
 
-def frame_size(prefix: Buffer, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> int:
-    """The size announced by a frame's 4-byte prefix, refused if negative or too large."""
+def frame_size(prefix: Buffer, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+               limit_name: str = "socket.request.max.bytes") -> int:
+    """The size announced by a frame's 4-byte prefix, refused if negative or too large;
+    the message names the setting the limit comes from."""
     (size,) = INT32.unpack_from(prefix, 0)
     if size < 0 or size > max_frame_size:
         raise FrameTooLargeError(
             f"frame of {size} bytes is larger than the limit of {max_frame_size} bytes"
-            " (socket.request.max.bytes)"
+            f" ({limit_name})"
         )
     return size
 
@@ -94,6 +96,7 @@ class FrameReader:
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self.max_frame_size = max_frame_size
+        self.limit_name = "socket.request.max.bytes"  # the setting max_frame_size is
         self._scratch = bytearray(self.SCRATCH_SIZE)
         self._start = 0  # the first byte not yet returned in a frame
         self._end = 0  # the end of what has been read into the scratch
@@ -176,7 +179,7 @@ class FrameReader:
         scratch = self._scratch
         while self._end - self._start >= 4:
             size = frame_size(memoryview(scratch)[self._start : self._start + 4],
-                              self.max_frame_size)
+                              self.max_frame_size, self.limit_name)
             body = self._start + 4
             if self._end - body < size:
                 break  # the rest comes later (a frame larger than the scratch moves out)

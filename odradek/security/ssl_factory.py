@@ -50,6 +50,8 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 __all__ = [
     "SslConfigError",
     "client_ssl_context",
+    "keystore_certificate",
+    "reload_client_context",
     "server_ssl_context",
     "ssl_settings_fingerprint",
 ]
@@ -904,6 +906,26 @@ def client_ssl_context(settings: Mapping[str, str | None]) -> ssl.SSLContext:
     context.check_hostname = bool(algorithm)
     context.verify_mode = ssl.CERT_REQUIRED  # Java always verifies the server's chain
     return context
+
+
+def keystore_certificate(settings: Mapping[str, str | None]) -> x509.Certificate | None:
+    """The keystore's own certificate (the first of its chain), None without a keystore.
+    Raises SslConfigError."""
+    keystore = _load_keystore(settings)
+    return None if keystore is None else keystore.chain[0]
+
+
+def reload_client_context(context: ssl.SSLContext, settings: Mapping[str, str | None]) -> None:
+    """Loads a client context's keystore and truststore again, in place, for connections
+    made from now on (KIP-226: the inter-broker client's side of a listener's reload). A
+    new key and chain replace the old ones; new trusted certificates are added, but OpenSSL
+    cannot forget one: a certificate taken out of the truststore stays trusted by this
+    context until the process restarts. Raises SslConfigError, the context unchanged."""
+    keystore = _load_keystore(settings)
+    truststore = _load_truststore(settings)
+    if keystore is not None:
+        _load_key_material(context, keystore, _keystore_setting(settings))
+    _load_trust(context, truststore, ssl.Purpose.SERVER_AUTH, _truststore_setting(settings))
 
 
 def _keystore_setting(settings: Mapping[str, str | None]) -> str:

@@ -23,10 +23,11 @@ from odradek.security.sasl import (
     validate_server_config,
 )
 from odradek.security.sasl.scram import ScramCredential
-from odradek.security.ssl_factory import SslConfigError, server_ssl_context
+from odradek.security.ssl_factory import SslConfigError
 from odradek.security.ssl_principal import SslPrincipalMapper
 from odradek.server.authenticator import SaslServerAuthenticator
 from odradek.server.config import BROKER_CONFIGS, BrokerConfig, Listener
+from odradek.server.listener_tls import ReloadableSslContext
 from odradek.storage.errors import InvalidConfigError
 
 SSL_PROTOCOLS = ("SSL", "SASL_SSL")
@@ -80,24 +81,50 @@ class ListenerSecurity:
 
     name: str
     protocol: str
-    ssl_context: ssl.SSLContext | None = None
+    tls: ReloadableSslContext | None = None
     principal_mapper: SslPrincipalMapper | None = None  # SSL: a certificate's principal
     sasl: SaslSettings | None = None
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The context the listener binds with (it hands each handshake the current one)."""
+        return None if self.tls is None else self.tls.bound
+
+
+def listener_ssl_values(config: BrokerConfig, listener: Listener) -> dict[str, str | None]:
+    """The ssl.* settings in force for a TLS listener, by base name."""
+    values = config.listener_values(listener.name, SSL_CONFIGS)
+    if listener.security_protocol == "SASL_SSL" and not config.listener_values(
+            listener.name, ("ssl.client.auth",), listener_only=True):
+        # KIP-684: a SASL_SSL listener asks for client certificates only when its own
+        # listener.name.<l>.ssl.client.auth says so; SASL authenticates its clients.
+        values["ssl.client.auth"] = "none"
+    return values
+
+
+def prepare_tls_reload(config: BrokerConfig, security: ListenerSecurity, listener: Listener
+                       ) -> ssl.SSLContext | None:
+    """The new context of a TLS listener whose keystore or truststore settings or files
+    changed (None when they did not). Raises InvalidConfigError naming the setting."""
+    assert security.tls is not None
+    try:
+        return security.tls.prepare(listener_ssl_values(config, listener))
+    except SslConfigError as e:
+        raise InvalidConfigError(f"listener {listener.name}: {e}",
+                                 key=_prefixed(listener.name, e)) from e
 
 
 def build_listener_security(config: BrokerConfig, listener: Listener,
                             credentials: CredentialLookup) -> ListenerSecurity:
     name, protocol = listener.name, listener.security_protocol
-    ssl_context = mapper = sasl = None
+    tls = mapper = sasl = None
     if protocol in SSL_PROTOCOLS:
-        values = config.listener_values(name, SSL_CONFIGS)
-        if protocol == "SASL_SSL" and not config.listener_values(
-                name, ("ssl.client.auth",), listener_only=True):
-            # KIP-684: a SASL_SSL listener asks for client certificates only when its own
-            # listener.name.<l>.ssl.client.auth says so; SASL authenticates its clients.
-            values["ssl.client.auth"] = "none"
+        values = listener_ssl_values(config, listener)
         try:
-            ssl_context = server_ssl_context(values)
+            tls = ReloadableSslContext(
+                values, inter_broker=name == config.inter_broker_listener_name,
+                allow_dn_changes=config.get("ssl.allow.dn.changes"),
+                allow_san_changes=config.get("ssl.allow.san.changes"))
         except SslConfigError as e:
             raise InvalidConfigError(f"listener {name}: {e}", key=_prefixed(name, e)) from e
         if protocol == "SSL":
@@ -109,7 +136,7 @@ def build_listener_security(config: BrokerConfig, listener: Listener,
                                          key="ssl.principal.mapping.rules") from e
     if protocol in SASL_PROTOCOLS:
         sasl = _sasl_settings(config, name, credentials)
-    return ListenerSecurity(name, protocol, ssl_context, mapper, sasl)
+    return ListenerSecurity(name, protocol, tls, mapper, sasl)
 
 
 def _prefixed(listener: str, error: SslConfigError) -> str:

@@ -42,6 +42,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from odradek.server.connection_quotas import parse_overrides
 from odradek.server.kafka_configs import (
     CLUSTER_LEVEL_LISTENER_CONFIGS,
     KAFKA_39_BROKER_CONFIGS,
@@ -529,7 +530,8 @@ _AREAS = {
                "Odradek does not generate broker ids: node.id (or broker.id) is set, or 1"),
     "quota": ("Quotas and connection limits",
               "Odradek enforces client quotas (quota.window.num, quota.window.size.seconds) "
-              "but not replication throttles or connection limits yet"),
+              "and connection limits (max.connections, max.connections.per.ip, "
+              "max.connection.creation.rate) but not replication throttles yet"),
     "metrics": ("Metrics reporters",
                 "Odradek serves its metrics at /metrics on its HTTP listener (Prometheus), "
                 "not through Java reporters or JMX"),
@@ -538,8 +540,7 @@ _AREAS = {
     "sasl": ("SASL", "Kerberos (GSSAPI) and the client-side login, which Odradek's brokers "
              "do not use: they authenticate clients with PLAIN, SCRAM and OAUTHBEARER"),
     "auth": ("Principals and secrets",
-             "Odradek has no delegation tokens, encrypted passwords or Java principal "
-             "builders and policies"),
+             "Odradek has no delegation tokens or Java principal builders and policies"),
     "zookeeper": ("ZooKeeper client tuning",
                   "Odradek's ZooKeeper client manages its own connection and requests"),
     "zookeeper-security": ("ZooKeeper TLS",
@@ -571,11 +572,48 @@ _JAVA_ONLY = frozenset({
     "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms",
 })
 _SECURITY_DOCS = {
+    # Dynamic passwords, stored encrypted (odradek/security/password_encoder.py).
+    "password.encoder.secret": "The secret dynamic password configs (listener.name.<l>."
+    "ssl.keystore.password, ...) are stored encrypted with, in Kafka's format; without it "
+    "they cannot be updated dynamically.",
+    "password.encoder.old.secret": "The secret stored passwords were encrypted with before "
+    "password.encoder.secret changed: at start-up they are encrypted again with the new one.",
+    "password.encoder.keyfactory.algorithm": "The PBKDF2 algorithm that derives the key from "
+    "password.encoder.secret: PBKDF2WithHmacSHA512 when unset, or PBKDF2WithHmacSHA256, "
+    "PBKDF2WithHmacSHA1.",
+    "password.encoder.cipher.algorithm": "The cipher of stored passwords: "
+    "AES/CBC/PKCS5Padding or AES/GCM/NoPadding.",
+    "password.encoder.key.length": "The AES key length in bits (128, 192 or 256).",
+    "password.encoder.iterations": "The PBKDF2 iterations.",
     # Client quotas (odradek/server/quota_manager.py): the rates' windows.
     "quota.window.num": "The number of samples client quota rates are measured over "
     "(producer_byte_rate, consumer_byte_rate, request_percentage), as in Kafka.",
     "quota.window.size.seconds": "The time span of each sample client quota rates are "
     "measured over, as in Kafka.",
+    # controller_mutation_rate's token bucket (KIP-599): it holds num x size x the rate.
+    "controller.quota.window.num": "The number of samples of controller_mutation_rate's "
+    "window: a client may mutate the rate x controller.quota.window.num x "
+    "controller.quota.window.size.seconds partitions at once, as in Kafka.",
+    "controller.quota.window.size.seconds": "The time span of each sample of "
+    "controller_mutation_rate's window, as in Kafka.",
+    # Connection limits (odradek/server/connection_quotas.py), as Kafka's ConnectionQuotas.
+    "max.connections": "The most connections the broker holds at once, over all listeners "
+    "(listener.name.<listener>.max.connections: one listener's, by default this value). At "
+    "the limit a listener stops accepting, and new connections wait in the listen backlog "
+    "until one closes. The inter-broker listener is exempt from the broker-wide limit (not "
+    "from its own): a connection it takes past it closes the least recently used "
+    "connection of another listener, as does lowering the limit.",
+    "max.connection.creation.rate": "The most new connections per second the broker "
+    "accepts, over all listeners but the inter-broker one "
+    "(listener.name.<listener>.max.connection.creation.rate: one listener's, by default "
+    "this value, the inter-broker listener's too). Past it a listener stops accepting for "
+    "up to quota.window.size.seconds (KIP-612); the rate is measured as client quotas' are.",
+    "max.connections.per.ip": "The most connections from one IP address: a new connection "
+    "from an address that has them is closed at once, unread. 0 needs "
+    "max.connections.per.ip.overrides.",
+    "max.connections.per.ip.overrides": "Limits over max.connections.per.ip for some "
+    "hosts: host:count,host2:count, each host an IP address or a host name (standing for "
+    "the first address it resolves to when the setting is read, IPv4 first, as in Kafka).",
     "ssl.keystore.type": "The format of the listener's key and certificate chain: PEM or "
     "PKCS12 (a JKS keystore is refused: convert it with keytool).",
     "ssl.keystore.location": "The keystore file: PEM (the private key and its certificate "
@@ -687,7 +725,7 @@ def _kafka_keys(known: Iterable[str]) -> list[BrokerKey]:
     known = set(known)
     order = list(_AREAS)
     configs = [c for c in KAFKA_39_BROKER_CONFIGS.values() if c.name not in known]
-    # The quota settings with an effect (client quotas') head their area's.
+    # The quota settings with an effect (client quotas', connection limits) head their area's.
     return [_kafka_key(c) for c in sorted(configs, key=lambda c: (
         order.index(c.area), c.area == "quota" and c.name not in _SECURITY_DOCS, c.name))]
 
@@ -744,9 +782,10 @@ def _check_name(name: str) -> BrokerKey:
 
 def _listener_key(name: str) -> BrokerKey:
     """listener.name.<listener>.[<mechanism>.]<config>: Kafka's per-listener TLS, SASL and
-    connection configs, which override the base config for that listener. Like their base
-    they have no effect here (no listener serves TLS or SASL); they are dynamic, per broker
-    (but for the connection limits), and listed by DescribeConfigs only when set."""
+    connection configs, which override the base config for that listener, with the effect
+    of their base (a TLS or SASL setting read at start-up, a connection limit followed as
+    it changes). They are dynamic, per broker (but for the connection limits), and listed
+    by DescribeConfigs only when set."""
     listener, _, base = name[len(LISTENER_PREFIX):].partition(".")
     mechanism = next((c for c in LISTENER_MECHANISM_CONFIGS if base.endswith("." + c)), None)
     key = BROKER_CONFIGS.get(mechanism or base)
@@ -777,6 +816,12 @@ def _is_listener_security(key: BrokerKey) -> bool:
     kafka = KAFKA_39_BROKER_CONFIGS.get(base)
     return (kafka is not None and kafka.area in _SERVED_AREAS and base not in _JAVA_ONLY) or (
         base == "connections.max.reauth.ms")
+
+
+def _is_reconfigurable_tls(name: str) -> bool:
+    """listener.name.<listener>.<one of SslConfigs.RECONFIGURABLE_CONFIGS>."""
+    return (name.startswith(LISTENER_PREFIX)
+            and name[len(LISTENER_PREFIX):].partition(".")[2] in LISTENER_ONLY_DYNAMIC_CONFIGS)
 
 
 def _refuse(names: Iterable[str], message: str) -> None:
@@ -1079,17 +1124,22 @@ class BrokerConfig:
                     "Cannot update these configs at default cluster level, broker id must be "
                     "specified")
         # Kafka (ZooKeeper mode) stores dynamic passwords encrypted with
-        # password.encoder.secret, and refuses them without it; Odradek does not encrypt.
+        # password.encoder.secret (security/password_encoder.py); they are all per broker.
+        if self.get("password.encoder.secret") is None:
+            _refuse([n for n, k in keys.items()
+                     if k.config_type == PASSWORD_CONFIG_TYPE and updates[n] is not None],
+                    "Password encoder secret not configured: set "
+                    "password.encoder.secret in server.properties to update passwords "
+                    "dynamically (they are stored encrypted with it, as Kafka stores them)")
+        # A TLS listener's keystore and truststore are reloaded (listener_tls.py), as
+        # Kafka's SslFactory reconfigures them; what Kafka does not reconfigure is refused
+        # rather than kept for a restart.
         _refuse([n for n, k in keys.items()
-                 if k.config_type == PASSWORD_CONFIG_TYPE and updates[n] is not None],
-                "Passwords cannot be updated dynamically: Odradek does not encrypt its "
-                "metadata store (Kafka's password.encoder.secret), so it takes them from "
-                "server.properties only")
-        _refuse([n for n, k in keys.items()
-                 if _is_listener_security(k) and updates[n] is not None],
-                "TLS and SASL settings cannot be updated dynamically yet: Odradek builds "
-                "each listener's TLS context and SASL mechanisms when the broker starts, so "
-                "change them in server.properties and restart the broker")
+                 if _is_listener_security(k) and updates[n] is not None
+                 and not _is_reconfigurable_tls(n)],
+                "Only a TLS listener's keystore and truststore (listener.name.<listener>."
+                "ssl.keystore.location, ...) can be updated dynamically: change other TLS "
+                "and SASL settings in server.properties and restart the broker")
         layer = dict(self.dynamic_defaults if cluster_default else self.dynamic)
         for name, value in updates.items():
             if value is None:
@@ -1242,6 +1292,7 @@ class BrokerConfig:
         _check_pair(values, "group.min.session.timeout.ms", "group.max.session.timeout.ms")
         _check_pair(values, "replica.fetch.wait.max.ms", "replica.lag.time.max.ms")
         _check_pair(values, "replica.fetch.wait.max.ms", "replica.socket.timeout.ms")
+        _check_connection_overrides(values)
 
         protocols = _parse_protocol_map(values["listener.security.protocol.map"])
         listeners = _parse_listeners("listeners", values["listeners"], protocols)
@@ -1330,6 +1381,20 @@ def _check_pair(values: Mapping[str, Any], low: str, high: str) -> None:
         raise InvalidConfigError(
             f"{low}={values[low]} is invalid: must be <= {high} ({values[high]})", key=low
         )
+
+
+def _check_connection_overrides(values: Mapping[str, Any]) -> None:
+    """Kafka's checks (KafkaConfig.validateValues): max.connections.per.ip.overrides parses,
+    and max.connections.per.ip is 0 only beside some."""
+    raw = values["max.connections.per.ip.overrides"] or ""
+    try:
+        overrides = parse_overrides(raw)
+    except ValueError as e:
+        raise _invalid("max.connections.per.ip.overrides", raw, str(e)) from None
+    if values["max.connections.per.ip"] == 0 and not overrides:
+        raise InvalidConfigError("max.connections.per.ip can be set to zero only if "
+                                 "max.connections.per.ip.overrides property is set.",
+                                 key="max.connections.per.ip")
 
 
 def _check_ports(listeners: tuple[Listener, ...], raw: str) -> None:

@@ -12,6 +12,12 @@ arrive (FrameReader), the bytes held for requests across all connections are cap
 (RequestMemoryPool, queued.max.request.bytes), a request that does not arrive in full in
 time closes its connection, and memory freed by dropped connections is handed back to
 the operating system.
+
+Connections are accepted within Kafka's connection limits (connection_quotas.py): each
+listening socket's acceptor takes one connection at a time, refuses it when its address
+has max.connections.per.ip, and otherwise waits, before it takes the next, until the
+listener is under max.connections and its creation rate, so that clients wait in the
+listen backlog as Kafka's do; a TLS handshake is bounded in time.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import heapq
 import itertools
 import logging
 import os
@@ -27,7 +34,7 @@ import struct
 import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 from odradek.protocol.api import API_VERSIONS
 from odradek.protocol.api_keys import ApiKey, ApiSpec
@@ -42,6 +49,13 @@ from odradek.security.ssl_principal import NoMatchingRule, ssl_principal_name
 from odradek.server.allocator import release_free_memory
 from odradek.server.authenticator import Outcome, SaslServerAuthenticator, SaslState
 from odradek.server.channel_builder import ListenerSecurity
+from odradek.server.connection_quotas import (
+    ConnectionLimits,
+    ConnectionQuotas,
+    TooManyConnections,
+    ip_key,
+)
+from odradek.server.quota_manager import RequestTimer
 from odradek.server.response import FileRegion, Part, encode_response_parts
 
 log = logging.getLogger(__name__)
@@ -54,6 +68,15 @@ _TRIM_AFTER_BYTES = 16 * 1024 * 1024
 _TRIM_DELAY_S = 1.0
 _SWEEP_INTERVAL_S = 1.0  # at most this between checks for stalled requests
 _LOG_INTERVAL_S = 10.0  # at most one "connections wait for memory" line per this
+_BACKLOG = 1024  # a listening socket's: where connections wait while the limits hold them
+# A TLS handshake must end within min(connections.max.idle.ms, this), or its connection
+# closes and frees its place in the connection limits. Kafka bounds a handshake only by
+# connections.max.idle.ms of silence (10 minutes by default): that long, a client that
+# stalls holds a slot of max.connections(.per.ip). A healthy handshake is a few round
+# trips, and Kafka's own clients give up on one after socket.connection.setup.timeout.ms
+# (10 s by default), so a handshake still going after that serves nobody.
+_MAX_SSL_HANDSHAKE_S = 10.0
+_ACCEPT_RETRY_S = 1.0  # after accept() failed (no descriptor left): asyncio's servers' too
 # Why a connection's socket is not read (a connection may be paused for both).
 _QUEUE_FULL = "queue"
 _MEMORY_FULL = "memory"
@@ -101,6 +124,10 @@ class RequestContext:
     # Set by a handler for a client over its quota: the connection is not served for
     # this long (KIP-219).
     throttle_ms: int = 0
+    started_ns: int = 0  # time.perf_counter_ns() when its frame was taken up
+    # Set by a handler when request quotas are in force (KIP-124): told the time the
+    # response took to encode.
+    timer: RequestTimer | None = None
 
     @property
     def client_id(self) -> str:
@@ -238,6 +265,7 @@ class SocketServer:
         connections_max_idle_ms: int,
         queued_max_request_bytes: int | None = None,
         request_receive_timeout_ms: int | None = None,
+        connection_quotas: ConnectionQuotas | None = None,
     ) -> None:
         self.handler = handler
         self.max_frame_size = max_frame_size
@@ -246,7 +274,17 @@ class SocketServer:
         # socket.request.receive.timeout.ms: how long a request may take to arrive in full.
         self.receive_timeout_s = (None if request_receive_timeout_ms is None
                                   else request_receive_timeout_ms / 1000)
-        self._servers: list[asyncio.Server] = []
+        # max.connections(.per.ip), max.connection.creation.rate: counted as connections are
+        # accepted and closed; acceptors wait on _slots_changed, replaced at each change.
+        self.quotas = connection_quotas or ConnectionQuotas()
+        self.ssl_handshake_timeout_s = min(self.idle_timeout_s, _MAX_SSL_HANDSHAKE_S)
+        self._slots_changed = asyncio.Event()
+        self._limits_requested = self.quotas.limits
+        self._limits_version = 0
+        self._listening: list[socket.socket] = []
+        self._acceptors: list[asyncio.Task[None]] = []
+        self._setting_up: set[asyncio.Task[None]] = set()  # accepted, not yet served
+        self._updates: set[asyncio.Task[None]] = set()
         self.listeners: list[BoundListener] = []
         self.security: dict[str, ListenerSecurity] = {}
         self.connections: set[KafkaConnection] = set()
@@ -262,15 +300,15 @@ class SocketServer:
         gives the TLS and SASL of listeners that have them (by name)."""
         loop = asyncio.get_running_loop()
         self.security.update(security or {})
+        for name, _, _ in listeners:  # all counted before any accepts: the inter-broker
+            self.quotas.add_listener(name)  # listener is exempt only beside others
         for name, host, port in listeners:
-            listener_security = self.security.get(name)
-            server = await loop.create_server(
-                lambda name=name: KafkaConnection(self, name, self.security.get(name)),
-                host or None, port, reuse_address=True, backlog=1024,
-                ssl=listener_security.ssl_context if listener_security else None,
-            )
-            self._servers.append(server)
-            bound_port = server.sockets[0].getsockname()[1]
+            sockets = await _listen(host, port)
+            for sock in sockets:
+                self._listening.append(sock)
+                self._acceptors.append(loop.create_task(self._accept(sock, name),
+                                                        name=f"acceptor-{name}"))
+            bound_port = sockets[0].getsockname()[1]
             self.listeners.append(BoundListener(name, host, bound_port))
             log.info("listening on %s://%s:%d", name, host or "0.0.0.0", bound_port)
         if self.receive_timeout_s is not None and self._sweeper is None:
@@ -281,24 +319,151 @@ class SocketServer:
         """Stops accepting, lets each connection finish the request it is handling, then
         closes them all."""
         self._stopping = True
-        for server in self._servers:
-            server.close()
+        accepting = [*self._acceptors, *self._setting_up, *self._updates]
+        for task in accepting:
+            task.cancel()
+        # Before anything awaits: a connection must not go on to its next request.
+        for connection in list(self.connections):
+            connection.stop_after_current()
+        await asyncio.gather(*accepting, return_exceptions=True)
+        for sock in self._listening:
+            sock.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
         if self._trim is not None:
             self._trim.cancel()
-        for connection in list(self.connections):
-            connection.stop_after_current()
         deadline = time.monotonic() + _STOP_GRACE_S
         while self.connections and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         for connection in list(self.connections):
             connection.abort()
-        for server in self._servers:
-            await server.wait_closed()
 
     def next_connection_id(self) -> int:
         return next(self._ids)
+
+    # ---- accepting, within the connection limits ----------------------------------------
+
+    async def _accept(self, sock: socket.socket, listener: str) -> None:
+        """A listening socket's acceptor, as Kafka's Acceptor: it takes one connection at a
+        time and holds it, unread, until the connection limits let it in or refuse it;
+        meanwhile the next connections wait in the socket's listen backlog, and are served
+        once a slot frees. (asyncio's Server accepts all that comes and can stop only by
+        closing; holding accepted connections instead would count none of them during
+        its TLS handshake and keep a descriptor per waiting client. sock_accept and
+        connect_accepted_socket leave the waiting to the kernel, as Kafka does.)"""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, address = await loop.sock_accept(sock)
+            except ConnectionAbortedError:
+                continue  # reset by its client before it was accepted
+            except OSError as e:  # out of descriptors or memory: try again a little later
+                log.error("listener %s cannot accept connections: %s", listener, e)
+                await asyncio.sleep(_ACCEPT_RETRY_S)
+                continue
+            conn.setblocking(False)
+            try:
+                await self._wait_for_slot(listener)
+            except BaseException:
+                conn.close()
+                raise
+            ip = ip_key(address[0]) or str(address[0])
+            try:
+                self.quotas.inc(listener, ip)
+            except TooManyConnections as e:
+                log.info("Rejected connection from /%s on listener %s: the address already "
+                         "has the configured maximum of %d connections "
+                         "(max.connections.per.ip or its overrides)", ip, listener, e.limit)
+                conn.close()
+                continue
+            task = loop.create_task(self._set_up(conn, listener, ip))
+            self._setting_up.add(task)
+            task.add_done_callback(self._setting_up.discard)
+            self._close_excess()
+
+    async def _wait_for_slot(self, listener: str) -> None:
+        """Kafka's waitForConnectionSlot: the creation rates' throttle time passes, and the
+        listener is under its limits, checked again as connections close or limits change."""
+        loop = asyncio.get_running_loop()
+        quotas = self.quotas
+        deadline = loop.time() + quotas.record_connection(listener) / 1000
+        while (remaining := deadline - loop.time()) > 0 or not quotas.slot_available(listener):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._slots_changed.wait(),
+                                       remaining if remaining > 0 else None)
+
+    async def _set_up(self, conn: socket.socket, listener: str, ip: str) -> None:
+        """A connection let in and counted: its transport, after its TLS handshake (within
+        ssl_handshake_timeout_s) on a TLS listener, served by a KafkaConnection. It gives
+        its slot back when it closes, or here when it fails before."""
+        security = self.security.get(listener)
+        connection = KafkaConnection(self, listener, security)
+        connection.quota_ip = ip
+        tls: dict[str, Any] = {}
+        if security is not None and security.ssl_context is not None:
+            tls = {"ssl": security.ssl_context,
+                   "ssl_handshake_timeout": self.ssl_handshake_timeout_s}
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: connection, conn, **tls)
+        except Exception as e:  # the handshake failed, or took too long (aborted)
+            log.log(logging.INFO if isinstance(e, ConnectionAbortedError) else logging.DEBUG,
+                    "closing connection from %s on listener %s before it is served: %s",
+                    ip, listener, e)
+        finally:
+            if connection.transport is None:  # never made: no connection_lost will come
+                connection.release_slot()
+
+    def connection_released(self, listener: str, ip: str) -> None:
+        """A counted connection closed: acceptors waiting for a slot look again."""
+        self.quotas.dec(listener, ip)
+        self._wake_acceptors()
+
+    def _wake_acceptors(self) -> None:
+        self._slots_changed.set()
+        self._slots_changed = asyncio.Event()
+
+    def _close_excess(self) -> None:
+        """Past max.connections (the exempt inter-broker listener took a connection in, or
+        the limit was lowered), the least recently used connections of the other
+        listeners close, as Kafka's processors close theirs (maxConnectionsExceeded)."""
+        quotas = self.quotas
+        excess = quotas.excess()
+        if excess == 0:
+            return
+        counted = [c for c in self.connections if c.quota_ip is not None]
+        excess -= sum(c.closing for c in counted)  # they give their slots back soon
+        candidates = [c for c in counted
+                      if not c.closing and not quotas.protected(c.listener_name)]
+        for connection in heapq.nsmallest(excess, candidates, key=lambda c: c.last_active):
+            log.info("closing connection %d from %s:%d on listener %s, the least recently "
+                     "used: the broker has more than max.connections=%d", connection.id,
+                     *connection.peer, connection.listener_name,
+                     quotas.limits.max_connections)
+            connection.close()
+
+    async def set_connection_limits(self, limits: ConnectionLimits) -> None:
+        """Puts connection limits in force, at start-up and as the settings change; the
+        overrides' host names are resolved first (as Kafka's InetAddress.getByName)."""
+        self._limits_requested = limits
+        self._limits_version += 1
+        version = self._limits_version
+        resolved = {host: await _resolve(host) for host in limits.hostnames()}
+        if version != self._limits_version:
+            return  # newer limits came while resolving
+        for host in self.quotas.configure(limits, resolved):
+            log.warning("max.connections.per.ip.overrides: %s does not resolve, so its "
+                        "override is left out", host)
+        self._wake_acceptors()
+        self._close_excess()
+
+    def update_connection_limits(self, limits: ConnectionLimits) -> None:
+        """set_connection_limits, from a dynamic config change (not a coroutine)."""
+        if limits == self._limits_requested:
+            return
+        task = asyncio.get_running_loop().create_task(self.set_connection_limits(limits))
+        self._updates.add(task)
+        task.add_done_callback(self._updates.discard)
 
     async def _drop_stalled_requests(self) -> None:
         """A request that has not arrived in full within socket.request.receive.timeout.ms
@@ -338,6 +503,53 @@ class SocketServer:
 _background: set[asyncio.Future[bool]] = set()  # tasks kept alive until they end
 
 
+async def _listen(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for host:port, bound as loop.create_server binds them: one per
+    address of the host (every interface when empty), IPv6 ones IPv6-only, SO_REUSEADDR."""
+    infos = await asyncio.get_running_loop().getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:  # e.g. no IPv6 on this host
+                continue
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as e:
+                raise OSError(e.errno, f"error while attempting to bind on address "
+                              f"{address!r}: {(e.strerror or '').lower()}") from None
+            sock.listen(_BACKLOG)
+            sock.setblocking(False)
+        if not sockets:
+            raise OSError(f"no address to listen on for {host!r}")
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+async def _resolve(host: str) -> str | None:
+    """The address Java's InetAddress.getByName gives a host name: the loopback address
+    for "", else the first of its addresses, IPv4 ones first; None when it does not
+    resolve."""
+    if not host:
+        return "127.0.0.1"
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, None,
+                                                             type=socket.SOCK_STREAM)
+    except OSError:
+        return None
+    infos.sort(key=lambda info: info[0] != socket.AF_INET)
+    return str(infos[0][4][0]) if infos else None
+
+
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, server: SocketServer, listener_name: str,
                  security: ListenerSecurity | None = None) -> None:
@@ -354,8 +566,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._raw_sasl = False  # SaslHandshake v0: the next frames are bare tokens
         if security is not None and security.sasl is not None:
             self.authenticator = security.sasl.authenticator()
-            self.reader.max_frame_size = min(server.max_frame_size,
-                                             security.sasl.max_receive_size)
+            if security.sasl.max_receive_size < server.max_frame_size:
+                self.reader.max_frame_size = security.sasl.max_receive_size
+                self.reader.limit_name = "sasl.server.max.receive.size"
         self.frames: collections.deque[bytearray] = collections.deque()
         self.transport: asyncio.Transport | None = None
         self.peer = ("", 0)
@@ -376,6 +589,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._busy = False
         self._task: asyncio.Task[None] | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
+        # The address it is counted from in the connection limits, until it gives its
+        # slot back (None: not counted, or given back).
+        self.quota_ip: str | None = None
 
     # ---- asyncio.BufferedProtocol -------------------------------------------------------------
 
@@ -457,6 +673,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.pause_reading_for(_QUEUE_FULL)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.release_slot()
         self.server.connections.discard(self)
         if self._idle_timer is not None:
             self._idle_timer.cancel()
@@ -524,6 +741,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
+
+    @property
+    def closing(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
+
+    def release_slot(self) -> None:
+        """Gives the connection's place in the connection limits back, once."""
+        if self.quota_ip is not None:
+            ip, self.quota_ip = self.quota_ip, None
+            self.server.connection_released(self.listener_name, ip)
 
     def abort(self) -> None:
         if self.transport is not None:
@@ -605,6 +832,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         pool.released()
 
     async def _process(self, frame: bytearray) -> list[Part] | None:
+        started = time.perf_counter_ns()  # request quotas count from here (KIP-124)
         handler = self.server.handler
         authenticator = self.authenticator
         if self._raw_sasl:
@@ -648,7 +876,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                                                      cast(SaslAuthenticateRequest, body))
             return await self._sasl_outcome(outcome, api, version, header.correlation_id)
         context = RequestContext(self.id, self.peer[0], self.peer[1], self.listener_name,
-                                 header, self.principal, len(frame))
+                                 header, self.principal, len(frame), started_ns=started)
         try:
             response = await handler.handle(Request(header, api, body), context)
         except CloseConnection as e:
@@ -658,7 +886,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._throttle_first = version < _CLIENT_THROTTLES_FROM.get(api.api_key, 0)
         if response is None:
             return None
-        return encode_response_parts(api, response, version, header.correlation_id)
+        timer = context.timer
+        if timer is None:
+            return encode_response_parts(api, response, version, header.correlation_id)
+        began = time.perf_counter_ns()
+        parts = encode_response_parts(api, response, version, header.correlation_id)
+        timer.encoded(time.perf_counter_ns() - began)
+        return parts
 
     async def _sasl_outcome(self, outcome: Outcome, api: ApiSpec | None, version: int,
                             correlation_id: int) -> list[Part] | None:
@@ -687,6 +921,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if authenticator.complete:
             self.principal = authenticator.principal or ANONYMOUS
             self.reader.max_frame_size = self.server.max_frame_size
+            self.reader.limit_name = "socket.request.max.bytes"
         return parts
 
     def _refuse(self, why: str) -> list[Part] | None:

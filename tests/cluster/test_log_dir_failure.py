@@ -137,7 +137,8 @@ class Brokers:
         self.offline: dict[int, set[tuple[str, int]]] = {}
         self.sent: list[tuple[int, Message]] = []
 
-    def update_brokers(self, endpoints: Mapping[int, tuple[str, int]]) -> None:
+    def update_brokers(self, endpoints: Mapping[int, tuple[str, int]],
+                       epochs: Mapping[int, int] | None = None) -> None:
         pass
 
     def send(self, broker_id: int, request: Message | RequestBuilder,

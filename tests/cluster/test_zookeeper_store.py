@@ -235,11 +235,14 @@ def test_broker_registration_is_ephemeral_and_exclusive(make_store: StoreFactory
     live: Recorder[set[int]] = Recorder()
     observer.watch_brokers(live)
     first = make_store(broker_id=1)
+    assert first.broker_epoch == -1
     first.register_broker([PLAINTEXT], rack="r1")
     live.wait_value({1})
     registration = observer.live_brokers()[1]
     assert (registration.rack, [str(e) for e in registration.endpoints]) == (
         "r1", ["PLAINTEXT://broker1.example:9092"])
+    # The broker epoch is the registration's czxid, as both sides see it.
+    assert registration.epoch == first.broker_epoch > 0
 
     twin = make_store(broker_id=1)
     with pytest.raises(BrokerIdInUseError, match=r"broker\.id=1") as refused:
@@ -247,11 +250,13 @@ def test_broker_registration_is_ephemeral_and_exclusive(make_store: StoreFactory
     assert isinstance(refused.value, NodeExistsError)
     first.register_broker([PLAINTEXT, SSL])  # again in the same session: updated, not refused
     assert len(observer.live_brokers()[1].endpoints) == 2
+    assert observer.live_brokers()[1].epoch == first.broker_epoch == registration.epoch
 
     first.close()  # the session ends: ZooKeeper deletes the registration at once
     live.wait_for(lambda v: v[-1] == set())
     twin.register_broker([PLAINTEXT])
     live.wait_for(lambda v: v[-1] == {1})
+    assert observer.live_brokers()[1].epoch == twin.broker_epoch > registration.epoch
 
 
 # ---- the controller -------------------------------------------------------------------------
@@ -528,7 +533,7 @@ def test_session_expiry_and_new_session(zookeeper: ZooKeeperServer, chroot: str,
     observer = make_store(broker_id=100)
     broker.register_broker([PLAINTEXT])
     assert broker.try_elect_controller() == 1
-    old_session = broker.session_id
+    old_session, old_epoch = broker.session_id, broker.broker_epoch
     events: Recorder[SessionEvent] = Recorder()
     broker.add_session_listener(events)
     live: Recorder[set[int]] = Recorder()
@@ -547,7 +552,8 @@ def test_session_expiry_and_new_session(zookeeper: ZooKeeperServer, chroot: str,
     assert events.values == [SessionEvent.SUSPENDED, SessionEvent.EXPIRED,
                              SessionEvent.NEW_SESSION]
     assert broker.session_id != old_session
-    live.wait_for(lambda v: v[-1] == {1})  # registered again by the store
+    live.wait_for(lambda v: v[-1] == {1})  # registered again by the store, with a new epoch
+    assert observer.live_brokers()[1].epoch == broker.broker_epoch > old_epoch
     assert observer.live_brokers()[1].endpoints == broker.live_brokers()[1].endpoints
     # Its controllership went with the old session: its writes are fenced off...
     assert broker.controller_epoch is None

@@ -47,7 +47,6 @@ IGNORED = {
     "socket.send.buffer.bytes": "102400",
     "socket.listen.backlog.size": "50",
     "replication.quota.window.num": "11",
-    "max.connections.per.ip": "1000",
     "log.cleaner.dedupe.buffer.size": "134217728",
     "fetch.purgatory.purge.interval.requests": "1000",
     "zookeeper.max.in.flight.requests": "10",
@@ -83,6 +82,7 @@ IN_EFFECT = {
     "process.roles": "",
     "log.retention.hours": "168",
     "num.partitions": "1",
+    "max.connections.per.ip": "1000",  # in effect (connection limits), not warned about
 }
 SECRETS = ("keystore-secret", "also-secret", "Krb5LoginModule")
 
@@ -238,13 +238,13 @@ def test_alter_configs_with_kafka_39_names(broker: ConfiguredBroker,
 def test_what_would_mislead_or_is_unknown_is_refused(broker: ConfiguredBroker,
                                                      admin: AdminClient,
                                                      tmp_path: Path) -> None:
-    # A listener's TLS client authentication: TLS settings are read at start-up only.
+    # A listener's TLS client authentication: only keystores and truststores are reloaded.
     node = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
         ConfigEntry("listener.name.plaintext.ssl.client.auth", "required",
                     incremental_operation=AlterConfigOpType.SET)])
     code, message = error_of(admin.incremental_alter_configs([node])[node])
     assert code == ErrorCode.INVALID_REQUEST
-    assert "TLS and SASL settings cannot be updated dynamically yet" in message
+    assert "Only a TLS listener's keystore and truststore" in message
     assert "listener.name.plaintext.ssl.client.auth" in message
     # An unknown topic config is INVALID_CONFIG, as in Kafka ("Unknown topic config name").
     topic = NewTopic("kafka39-unknown", 1, 1, config={"no.such.config": "1"})

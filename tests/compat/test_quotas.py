@@ -1,12 +1,12 @@
-"""Client quotas (KIP-13, KIP-546) on a real broker: set and read with AlterClientQuotas and
-DescribeClientQuotas (neither confluent-kafka 2.x nor kafka-python has them: they go over
-the wire here, as kafka-configs.sh sends them), enforced on confluent-kafka producers and
-consumers, and kept across a restart."""
+"""Client quotas (KIP-13, KIP-124, KIP-546, KIP-599) on a real broker: set and read with
+AlterClientQuotas and DescribeClientQuotas (neither confluent-kafka 2.x nor kafka-python has
+them: they go over the wire here, as kafka-configs.sh sends them), enforced on
+confluent-kafka producers and consumers (byte rates), on clients hammering the broker
+(request_percentage) and on topic creation and deletion (controller_mutation_rate), and
+kept across a restart."""
 
 from __future__ import annotations
 
-import socket
-import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -16,13 +16,16 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from support.broker import BrokerProcess
+from support.quota_wire import Wire, alter_quotas, describe_quotas
 
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.framing import decode_response, encode_request
 from odradek.protocol.message import Message
-from odradek.protocol.messages import alter_client_quotas_request as alter
+from odradek.protocol.messages import create_partitions_request as create_partitions
+from odradek.protocol.messages import create_topics_request as create_topics
+from odradek.protocol.messages import delete_topics_request as delete_topics
 from odradek.protocol.messages import describe_client_quotas_request as describe
 from odradek.protocol.messages.api_versions_request import ApiVersionsRequest
+from odradek.protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
 from odradek.protocol.messages.produce_request import (
     PartitionProduceData,
     ProduceRequest,
@@ -36,55 +39,12 @@ VALUE = b"x" * 1000
 # in Kafka, the rate's window is at least quota.window.num - 1 samples long), then the
 # quota holds on average, a burst and a pause each 2 s (as the sample of a burst expires):
 # measured over whole periods, from 1.5 s (the bursts come a little after 2, 4, 6 s).
-SETTINGS = {"quota.window.num": "2", "quota.window.size.seconds": "1"}
+# controller_mutation_rate's bucket holds rate x 1 x 1 s of partitions (Kafka's 11 samples
+# would let a rate of 2 create 22 at once).
+SETTINGS = {"quota.window.num": "2", "quota.window.size.seconds": "1",
+            "controller.quota.window.num": "1", "controller.quota.window.size.seconds": "1"}
 WARMUP_S, MEASURE_S = 1.5, 6.0
 RUN_S = 8.0
-
-
-class Wire:
-    def __init__(self, bootstrap: str) -> None:
-        host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=10)
-        self.correlation = 0
-
-    def call(self, body: Message, version: int = 1, client_id: str = "quota-admin") -> Any:
-        self.correlation += 1
-        self.sock.sendall(encode_request(body, version, self.correlation, client_id))
-        (size,) = struct.unpack(">i", self._exactly(4))
-        got, response = decode_response(self._exactly(size), body.API_KEY,  # type: ignore[attr-defined]
-                                        version)
-        assert got == self.correlation
-        return response
-
-    def _exactly(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            assert chunk, "closed by the broker"
-            data += chunk
-        return data
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def alter_quotas(wire: Wire, entity: dict[str, str | None], ops: dict[str, float | None],
-                 validate_only: bool = False, version: int = 1) -> tuple[int, str | None]:
-    response = wire.call(alter.AlterClientQuotasRequest(entries=[alter.EntryData(
-        entity=[alter.EntityData(entity_type=k, entity_name=v) for k, v in entity.items()],
-        ops=[alter.OpData(key=k, value=v or 0.0, remove=v is None) for k, v in ops.items()])],
-        validate_only=validate_only), version)
-    (entry,) = response.entries
-    return entry.error_code, entry.error_message
-
-
-def describe_quotas(wire: Wire, components: list[describe.ComponentData] | None = None,
-                    strict: bool = False, version: int = 1) -> dict[tuple[Any, ...], Any]:
-    response = wire.call(describe.DescribeClientQuotasRequest(
-        components=components or [], strict=strict), version)
-    assert response.error_code == 0, response.error_message
-    return {tuple((e.entity_type, e.entity_name) for e in entry.entity):
-            {v.key: v.value for v in entry.values} for entry in response.entries}
 
 
 @pytest.fixture
@@ -114,6 +74,14 @@ def test_alter_and_describe_client_quotas_as_kafka(quota_broker: BrokerProcess) 
             ErrorCode.INVALID_REQUEST)
         assert alter_quotas(wire, {"user": "alice"}, {"producer_byte_rate": -5})[0] == (
             ErrorCode.INVALID_REQUEST)
+        # Infinite: no long, as Kafka says; a percentage stored as Java writes it.
+        code, message = alter_quotas(wire, {"user": "alice"},
+                                     {"producer_byte_rate": float("inf")})
+        assert code == ErrorCode.INVALID_REQUEST and "must be a Long value" in str(message)
+        assert alter_quotas(wire, {"client-id": "unbounded"},
+                            {"request_percentage": float("inf")}) == (0, None)
+        assert alter_quotas(wire, {"client-id": "unbounded"},
+                            {"request_percentage": None}) == (0, None)
         assert alter_quotas(wire, {}, {"producer_byte_rate": 5})[0] == ErrorCode.INVALID_REQUEST
         assert alter_quotas(wire, {"user": ""}, {"producer_byte_rate": 5})[0] == (
             ErrorCode.INVALID_REQUEST)
@@ -305,3 +273,198 @@ def test_a_consumer_over_its_quota_is_throttled(quota_broker: BrokerProcess) -> 
           f"in {seconds:.0f} s")
     assert abs(measured - QUOTA) <= 0.2 * QUOTA, measured
     assert total_fast >= 6000 * len(VALUE)  # all of it, unthrottled
+
+
+# ---- request_percentage (KIP-124) -------------------------------------------------------
+
+
+def hammer(bootstrap: str, client_id: str, seconds: float,
+           calls: list[tuple[str, Message, int]]) -> tuple[list[tuple[str, int]], float]:
+    """Sends the calls in turn, each as soon as the last is answered, for `seconds`: each
+    answer's (api, throttle_time_ms), and the time taken."""
+    wire = Wire(bootstrap)
+    answers: list[tuple[str, int]] = []
+    began = time.monotonic()
+    try:
+        while time.monotonic() - began < seconds:
+            name, body, version = calls[len(answers) % len(calls)]
+            answers.append((name, wire.call(body, version, client_id=client_id)
+                            .throttle_time_ms))
+    finally:
+        wire.close()
+    return answers, time.monotonic() - began
+
+
+def test_a_client_over_its_request_percentage_is_held_down(
+        quota_broker: BrokerProcess) -> None:
+    """A client id with request_percentage=0.01 (a hundredth of a percent of one thread:
+    100 us a second) hammering ApiVersions, Metadata and Produce gets throttle times of at
+    most one window (1 s) and is muted for them; another client id, hammering alongside,
+    is never throttled."""
+    bootstrap = quota_broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("hammered", 1, 1)])["hammered"].result(30)
+    wire = Wire(bootstrap)
+    try:
+        assert alter_quotas(wire, {"client-id": "hammer"}, {"request_percentage": 0.01}) == (
+            0, None)
+    finally:
+        wire.close()
+    batch = build_record_batch([(None, b"z" * 100)], base_timestamp=int(time.time() * 1000))
+    calls: list[tuple[str, Message, int]] = [
+        ("ApiVersions", ApiVersionsRequest(client_software_name="hammer",
+                                           client_software_version="1"), 3),
+        ("Metadata", MetadataRequest(topics=None, allow_auto_topic_creation=False), 12),
+        ("Produce", ProduceRequest(acks=1, timeout_ms=5000, topic_data=[TopicProduceData(
+            name="hammered", partition_data=[PartitionProduceData(index=0, records=batch)])]),
+         9),
+    ]
+    seconds = 4.0
+    free: list[tuple[list[tuple[str, int]], float]] = []
+    other = threading.Thread(target=lambda: free.append(hammer(bootstrap, "free", seconds,
+                                                                calls)))
+    other.start()
+    answers, elapsed = hammer(bootstrap, "hammer", seconds, calls)
+    other.join(30)
+    (free_answers, _), = free
+    throttles = [t for _, t in answers]
+    print(f"request_percentage: the throttled client id made {len(answers)} requests in "
+          f"{elapsed:.1f} s (throttle times {throttles}); another made {len(free_answers)}")
+    # Every API answers with the request quota's throttle time, at most one window.
+    for name, _, _ in calls:
+        assert any(t > 0 for n, t in answers if n == name), (name, answers)
+    assert max(throttles) <= 1000
+    # Muted for each throttle time (but the last, which comes after the last answer).
+    assert elapsed >= sum(throttles[:-1]) / 1000 * 0.95
+    assert len(answers) <= 60
+    assert all(t == 0 for _, t in free_answers)
+    assert len(free_answers) >= 10 * len(answers)
+
+
+# ---- controller_mutation_rate (KIP-599) -------------------------------------------------
+
+
+def existing(bootstrap: str, names: list[str]) -> set[str]:
+    wire = Wire(bootstrap)
+    try:
+        response = wire.call(MetadataRequest(
+            topics=[MetadataRequestTopic(name=n) for n in names],
+            allow_auto_topic_creation=False), 12)
+    finally:
+        wire.close()
+    return {t.name for t in response.topics if t.error_code == 0}
+
+
+def create_topics_request(names: list[str], partitions: int = 1
+                          ) -> create_topics.CreateTopicsRequest:
+    return create_topics.CreateTopicsRequest(topics=[create_topics.CreatableTopic(
+        name=n, num_partitions=partitions, replication_factor=1) for n in names],
+        timeout_ms=30_000)
+
+
+def set_mutation_rate(bootstrap: str, client_id: str, rate: float) -> None:
+    wire = Wire(bootstrap)
+    try:
+        assert alter_quotas(wire, {"client-id": client_id},
+                            {"controller_mutation_rate": rate}) == (0, None)
+        assert describe_quotas(wire)[(("client-id", client_id),)] == {
+            "controller_mutation_rate": rate}
+    finally:
+        wire.close()
+
+
+def test_create_topics_v6_plus_refuses_topics_over_the_controller_mutation_rate(
+        quota_broker: BrokerProcess) -> None:
+    """Kafka's strict quota: a rate of 2 (a bucket of 2 partitions here) takes topics while
+    the bucket is not below zero — the third takes it to -1 — then refuses each with
+    THROTTLING_QUOTA_EXCEEDED and the time until it is back to zero."""
+    bootstrap = quota_broker.bootstrap
+    set_mutation_rate(bootstrap, "strict", 2)
+    names = [f"strict-{i}" for i in range(10)]
+    wire = Wire(bootstrap)
+    try:
+        response = wire.call(create_topics_request(names), 7, client_id="strict")
+    finally:
+        wire.close()
+    codes = {t.name: t.error_code for t in response.topics}
+    created = [n for n in names if codes[n] == ErrorCode.NONE]
+    refused = [n for n in names if codes[n] == ErrorCode.THROTTLING_QUOTA_EXCEEDED]
+    print(f"controller_mutation_rate=2: created {created}, refused {refused}, throttle "
+          f"{response.throttle_time_ms} ms")
+    assert created + refused == names  # in order: once refused, the rest are too
+    assert len(created) >= 3 and refused, codes  # 3 unless creating took a second
+    assert 0 < response.throttle_time_ms <= 1000
+    assert all(t.error_message == "The throttling quota has been exceeded."
+               and t.num_partitions == -1 for t in response.topics if t.name in refused)
+    assert existing(bootstrap, names) == set(created)
+
+
+def test_old_create_topics_versions_create_every_topic_and_are_throttled(
+        quota_broker: BrokerProcess) -> None:
+    """Kafka's permissive quota for CreateTopics v0-v5: every topic created, the bucket
+    left at 2 - 10 = -8, and the response throttled for the 4 s it needs to refill; the
+    connection is not read meanwhile."""
+    bootstrap = quota_broker.bootstrap
+    set_mutation_rate(bootstrap, "permissive", 2)
+    names = [f"permissive-{i}" for i in range(10)]
+    wire = Wire(bootstrap)
+    try:
+        began = time.monotonic()
+        response = wire.call(create_topics_request(names), 5, client_id="permissive")
+        assert [t.error_code for t in response.topics] == [0] * 10
+        assert 3000 < response.throttle_time_ms <= 4000, response.throttle_time_ms
+        wire.call(ApiVersionsRequest(), 0, client_id="permissive")
+        assert time.monotonic() - began >= response.throttle_time_ms / 1000 * 0.95
+    finally:
+        wire.close()
+    assert existing(bootstrap, names) == set(names)
+
+
+def test_delete_topics_and_create_partitions_count_partitions(
+        quota_broker: BrokerProcess) -> None:
+    """DeleteTopics v5+ and CreatePartitions v3+ are strict too: a topic's partitions are
+    what it deletes or adds. Versions before are permissive."""
+    bootstrap = quota_broker.bootstrap
+    names = [f"doomed-{i}" for i in range(3)]
+    wire = Wire(bootstrap)
+    try:
+        created = wire.call(create_topics_request([*names, "grown-0", "grown-1"], 2), 7)
+        assert [t.error_code for t in created.topics] == [0] * 5
+    finally:
+        wire.close()
+    set_mutation_rate(bootstrap, "deleter", 2)
+    wire = Wire(bootstrap)
+    try:
+        response = wire.call(delete_topics.DeleteTopicsRequest(
+            topics=[delete_topics.DeleteTopicState(name=n) for n in names],
+            timeout_ms=30_000), 6, client_id="deleter")
+    finally:
+        wire.close()
+    # 2 tokens: the first topic's 2 partitions leave 0, the second's -2, the third waits.
+    assert [r.error_code for r in response.responses] == [
+        0, 0, ErrorCode.THROTTLING_QUOTA_EXCEEDED]
+    assert 0 < response.throttle_time_ms <= 1000
+    assert existing(bootstrap, names) == {"doomed-2"}
+
+    set_mutation_rate(bootstrap, "grower", 2)
+    wire = Wire(bootstrap)
+    try:
+        grow = create_partitions.CreatePartitionsRequest(topics=[
+            create_partitions.CreatePartitionsTopic(name=n, count=5, assignments=None)
+            for n in ("grown-0", "grown-1")], timeout_ms=30_000)
+        response = wire.call(grow, 3, client_id="grower")
+        assert [(r.name, r.error_code) for r in response.results] == [
+            ("grown-0", 0), ("grown-1", ErrorCode.THROTTLING_QUOTA_EXCEEDED)]
+        assert 0 < response.throttle_time_ms <= 1500
+    finally:
+        wire.close()
+    # CreatePartitions v2 takes it whatever the bucket (below zero, or not far above:
+    # grown-1's 3 partitions take it below), and throttles.
+    wire = Wire(bootstrap)
+    try:
+        response = wire.call(grow, 2, client_id="grower")
+        assert [(r.name, r.error_code) for r in response.results] == [
+            ("grown-0", ErrorCode.INVALID_PARTITIONS), ("grown-1", 0)]
+        assert response.throttle_time_ms > 0
+    finally:
+        wire.close()

@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -634,11 +635,17 @@ class ZooKeeperMetadataStore:
                   for e in endpoints),
             rack, jmx_port, {k: dict(v) for k, v in (features or {}).items()},
             int(time.time() * 1000))
-        self._create_registration(registration)
+        registration = replace(registration, epoch=self._create_registration(registration))
         self._registration = registration
-        log.info("broker %d registered in ZooKeeper: %s", self.broker_id,
-                 ", ".join(str(e) for e in registration.endpoints))
+        log.info("broker %d registered in ZooKeeper with broker epoch %d: %s", self.broker_id,
+                 registration.epoch, ", ".join(str(e) for e in registration.endpoints))
         return registration
+
+    @property
+    def broker_epoch(self) -> int:
+        """This broker's epoch: its registration's czxid (-1 before it registers)."""
+        registration = self._registration
+        return -1 if registration is None else registration.epoch
 
     def live_brokers(self) -> dict[int, BrokerRegistration]:
         def read() -> dict[int, BrokerRegistration]:
@@ -647,7 +654,8 @@ class ZooKeeperMetadataStore:
             brokers = {}
             for i, result in sorted(pending.items()):
                 with suppress(NoNodeError):  # gone meanwhile
-                    brokers[i] = z.decode_broker(i, self._wait(result)[0])
+                    data, stat = self._wait(result)
+                    brokers[i] = replace(z.decode_broker(i, data), epoch=stat.czxid)
             return brokers
 
         return self._read(read)
@@ -1152,24 +1160,25 @@ class ZooKeeperMetadataStore:
                             "any more", self.broker_id, self._controller_epoch)
             self._deposed = True
 
-    def _create_registration(self, registration: BrokerRegistration) -> None:
+    def _create_registration(self, registration: BrokerRegistration) -> int:
         """Kafka's checked ephemeral create: a znode that exists already is fine if this
-        session made it (a lost answer), refused if another session holds it."""
+        session made it (a lost answer), refused if another session holds it. Returns the
+        znode's czxid, the broker epoch."""
         path = z.broker_path(registration.broker_id)
         data = z.encode_broker(registration)
         try:
             self._wait(self.client.create_async(path, data, ephemeral=True))
-            return
+            return int(self._stat(path).czxid)
         except NodeExistsError:
             pass
         try:
             stat = self._stat(path)
         except NoNodeError:  # its owner's session ended meanwhile
             self._wait(self.client.create_async(path, data, ephemeral=True))
-            return
+            return int(self._stat(path).czxid)
         if stat.ephemeralOwner == self.session_id:
             self._wait(self.client.set_async(path, data, stat.version))
-            return
+            return int(stat.czxid)
         raise BrokerIdInUseError(
             f"Error while creating ephemeral at {path}, node already exists and owner "
             f"'0x{stat.ephemeralOwner:x}' does not match current session "
@@ -1233,9 +1242,11 @@ class ZooKeeperMetadataStore:
         registration = self._registration
         if registration is not None:
             try:
-                self._create_registration(registration)
-                log.info("broker %d registered again in a new ZooKeeper session (0x%x)",
-                         self.broker_id, self.session_id or 0)
+                self._registration = replace(
+                    registration, epoch=self._create_registration(registration))
+                log.info("broker %d registered again in a new ZooKeeper session (0x%x) with "
+                         "broker epoch %d", self.broker_id, self.session_id or 0,
+                         self._registration.epoch)
             except Exception:
                 log.exception("broker %d could not register again in its new session",
                               self.broker_id)

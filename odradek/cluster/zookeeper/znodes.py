@@ -218,6 +218,9 @@ class BrokerRegistration:
     features: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     timestamp_ms: int = 0
     version: int = 5
+    # Kafka's broker epoch: the czxid of the znode, new with each registration (a restart,
+    # a new session). Not in the JSON; -1 when unknown.
+    epoch: int = -1
 
 
 _ENDPOINT = re.compile(r"(?P<name>[^:/]+)://(?:\[(?P<ipv6>[^\]]*)\]|(?P<host>[^:]*)):(?P<port>-?\d+)")
