@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python benchmarks/bench_broker.py [--quick] [--only CASES] [--loops LOOPS]
      [--seconds S | --records N] [--producers N] [--profile py-spy|py-spy-native|cprofile]
-     [--compare-validation [--rounds N]]
+     [--compare-validation | --compare-scraping [--rounds N]]
      (a full run takes about 3-4 minutes; --quick about 1.5)
 
 The script starts its own broker (`python -m odradek serve` on 127.0.0.1, a free port, its
@@ -44,6 +44,11 @@ bytes of record values.
 --compare-validation runs the produce cases only (with --only, those it selects), against a
 broker with odradek.record.validation.enable=false and then one with it true, --rounds
 times over, and prints validated / unvalidated records/s per case (issue 14: >= 0.85x).
+
+--compare-scraping runs the produce cases against a broker with an HTTP listener
+(http.listeners) left alone and then one whose /metrics is scraped every second meanwhile
+(as Prometheus would, more often), --rounds times over, and prints scraped / unscraped
+records/s per case (issue 18: >= 0.95x).
 
 --loops runs cases 1-4 against a broker on each event loop (ODRADEK_EVENT_LOOP=asyncio or
 uvloop, which `odradek serve` honours; the loop in use is read from the broker's mappings)
@@ -100,6 +105,8 @@ TARGET_E2E_P99_MS = 10.0
 TARGET_RSS_MIB = 150.0
 # Issue 14: produce throughput with the leader's record walk on, over the same with it off.
 TARGET_VALIDATION_RATIO = 0.85
+TARGET_SCRAPE_RATIO = 0.95  # issue 18: produce with /metrics scraped every second
+SCRAPE_INTERVAL_S = 1.0
 VALIDATION_SETTING = "odradek.record.validation.enable"
 
 PRODUCER_SETTINGS: dict[str, Any] = {
@@ -606,6 +613,7 @@ def disk_limit(directory: Path, mib: int) -> dict[str, float]:
 
 _LISTENING = re.compile(r"listening on PLAINTEXT://[^:]*:(\d+)")
 _STARTED = re.compile(r"broker \d+ started")
+_HTTP_LISTENING = re.compile(r"http listening on http://[^:]*:(\d+)")
 
 
 class BenchBroker:
@@ -660,6 +668,12 @@ class BenchBroker:
                 self.kill()
                 raise RuntimeError("broker did not start:\n" + text[-4000:])
             time.sleep(0.05)
+
+    @property
+    def http_port(self) -> int | None:
+        """The broker's first HTTP listener's port (http.listeners), None without one."""
+        m = _HTTP_LISTENING.search(self.log_text())
+        return int(m.group(1)) if m is not None else None
 
     def log_text(self) -> str:
         try:
@@ -1091,11 +1105,50 @@ def rss_case(tmp: Path, loop: str, options: Options) -> CaseResult:
                        "mappings": mappings, "librdkafka_mapped": librdkafka})
 
 
+class Scraper:
+    """GETs a broker's /metrics every `interval` seconds in a thread, as Prometheus
+    would, until stopped; counts the scrapes and their times."""
+
+    def __init__(self, port: int, interval: float) -> None:
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.interval = interval
+        self.times: list[float] = []
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        import urllib.request
+
+        while not self._stop.wait(self.interval):
+            began = time.perf_counter()
+            try:
+                with urllib.request.urlopen(self.url, timeout=10) as response:
+                    response.read()
+            except OSError:
+                self.failures += 1
+            else:
+                self.times.append(time.perf_counter() - began)
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join(15)
+        times = sorted(self.times)
+        return {"scrapes": len(times), "failures": self.failures,
+                "median_ms": times[len(times) // 2] * 1000 if times else 0.0,
+                "max_ms": times[-1] * 1000 if times else 0.0}
+
+
 def run_suite(ctx: SpawnContext, tmp: Path, loop: str, cases: list[str],
               options: Options, settings: dict[str, str] | None = None,
-              label: str = "") -> list[CaseResult]:
+              label: str = "", scrape_every: float | None = None) -> list[CaseResult]:
     """The cases against one broker on `loop` (plus `settings`); `label` names the broker's
-    data directory and profile, and is kept in each result's extra["label"]."""
+    data directory and profile, and is kept in each result's extra["label"]. With
+    `scrape_every`, the broker's /metrics is scraped that often during each case."""
     results: list[CaseResult] = []
     need_broker = [c for c in cases if c not in ("limits", "rss")]
     name = f"{loop}-{label}" if label else loop
@@ -1114,12 +1167,23 @@ def run_suite(ctx: SpawnContext, tmp: Path, loop: str, cases: list[str],
         suite = Suite(ctx, options, broker, actual)
         try:
             for case in need_broker:
-                if case.startswith("produce"):
-                    r = suite.produce(case)
-                elif case.startswith("consume"):
-                    r = suite.consume(case)
-                else:
-                    r = suite.e2e()
+                scraper = None
+                if scrape_every is not None:
+                    port = broker.http_port
+                    if port is None:
+                        raise SystemExit("the broker logged no HTTP listener to scrape")
+                    scraper = Scraper(port, scrape_every).start()
+                try:
+                    if case.startswith("produce"):
+                        r = suite.produce(case)
+                    elif case.startswith("consume"):
+                        r = suite.consume(case)
+                    else:
+                        r = suite.e2e()
+                finally:
+                    scraped = scraper.stop() if scraper is not None else None
+                if scraped is not None:
+                    r.extra["scraped"] = scraped
                 r.extra["label"] = label
                 print_progress(r)
                 results.append(r)
@@ -1293,6 +1357,49 @@ def run_validation_comparison(ctx: SpawnContext, tmp: Path, loop: str, cases: li
     return results
 
 
+def run_scraping_comparison(ctx: SpawnContext, tmp: Path, loop: str, cases: list[str],
+                            options: Options, rounds: int) -> list[CaseResult]:
+    """The produce cases against a broker with an HTTP listener nobody scrapes, then one
+    whose /metrics is scraped every SCRAPE_INTERVAL_S, `rounds` times over (alternating);
+    each case's best round of each is compared."""
+    produce = [c for c in cases if c.startswith("produce-")]
+    if not produce:
+        raise SystemExit("--compare-scraping: --only selects no produce case")
+    results: list[CaseResult] = []
+    settings = {"http.listeners": "http://127.0.0.1:0"}
+    for _ in range(rounds):
+        results += run_suite(ctx, tmp, loop, produce, options, settings, "unscraped")
+        results += run_suite(ctx, tmp, loop, produce, options, settings, "scraped",
+                             scrape_every=SCRAPE_INTERVAL_S)
+    return results
+
+
+def print_scraping_comparison(results: list[CaseResult]) -> None:
+    print()
+    print(f"/metrics scraped every {SCRAPE_INTERVAL_S:g} s: the best round of each, records/s; "
+          "cost: broker CPU per record; scrapes: count, median and slowest")
+    widths = [("case", 21), ("unscraped", 12), ("cost", 10), ("scraped", 12), ("cost", 10),
+              ("scrapes", 22), ("ratio", 7), ("target", 9), ("", 6)]
+    line = row(*widths)
+    print(line)
+    print("-" * len(line))
+    for case in dict.fromkeys(r.case for r in results):
+        best = {}
+        for label in ("unscraped", "scraped"):
+            runs = [r for r in results if r.case == case and r.extra.get("label") == label]
+            best[label] = max(runs, key=lambda r: r.rps)
+        off, on = best["unscraped"], best["scraped"]
+        ratio = on.rps / off.rps if off.rps else 0.0
+        cost = [f"{r.broker_cores / r.rps * 1e6:.2f} us" if r.rps else "" for r in (off, on)]
+        s = on.extra.get("scraped", {})
+        scrapes = (f"{s.get('scrapes', 0):.0f}, {s.get('median_ms', 0):.1f}/"
+                   f"{s.get('max_ms', 0):.1f} ms")
+        verdict = "PASS" if ratio >= TARGET_SCRAPE_RATIO else "FAIL"
+        print(row((case, 21), (f"{off.rps:,.0f}", 12), (cost[0], 10), (f"{on.rps:,.0f}", 12),
+                  (cost[1], 10), (scrapes, 22), (f"{ratio:.2f}x", 7),
+                  (f">= {TARGET_SCRAPE_RATIO}", 9), (verdict, 6)))
+
+
 def print_validation_comparison(results: list[CaseResult]) -> None:
     print()
     print(f"Record validation ({VALIDATION_SETTING}): the best round of each, records/s; "
@@ -1379,11 +1486,19 @@ def main() -> None:
                         f"{VALIDATION_SETTING}=false and one with it true (on the first of "
                         "--loops), and print the ratio (issue 14's target: >= "
                         f"{TARGET_VALIDATION_RATIO}x)")
+    parser.add_argument("--compare-scraping", action="store_true",
+                        help="run only the produce cases, against a broker whose /metrics "
+                        "nobody scrapes and one scraped every second (on the first of "
+                        f"--loops), and print the ratio (issue 18's target: >= "
+                        f"{TARGET_SCRAPE_RATIO}x)")
     parser.add_argument("--rounds", type=int, default=2,
-                        help="--compare-validation: off/on brokers this many times over")
+                        help="--compare-validation, --compare-scraping: the two brokers "
+                        "this many times over")
     args = parser.parse_args()
+    if args.compare_validation and args.compare_scraping:
+        parser.error("--compare-validation and --compare-scraping: one at a time")
     cases = select_cases(args.only)
-    if args.compare_validation:
+    if args.compare_validation or args.compare_scraping:
         cases = [c for c in cases if c.startswith("produce-")]
     quick = args.quick
     loops = [s.strip() for s in args.loops.split(",") if s.strip()] or available_loops()
@@ -1462,6 +1577,11 @@ def run(args: argparse.Namespace, options: Options, cases: list[str], loops: lis
                                             max(1, args.rounds))
         print_table(results, limits)
         print_validation_comparison(results)
+    elif args.compare_scraping:
+        results = run_scraping_comparison(ctx, tmp, loops[0], cases, options,
+                                          max(1, args.rounds))
+        print_table(results, limits)
+        print_scraping_comparison(results)
     else:
         for loop in loops:
             results += run_suite(ctx, tmp, loop, [c for c in cases if c != "limits"], options)

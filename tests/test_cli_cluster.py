@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,7 +36,9 @@ def test_up_defaults_and_options() -> None:
     args = build_parser().parse_args(["cluster", "up", "--brokers", "5", "--port-base", "0",
                                       "--set", "num.partitions=3"])
     assert (args.brokers, args.port_base, args.settings) == (5, 0, ["num.partitions=3"])
-    for bad in (["--brokers", "0"], ["--port-base", "70000"], ["--zookeeper-port", "x"]):
+    assert (args.http_port_base, args.no_http) == (None, False)
+    for bad in (["--brokers", "0"], ["--port-base", "70000"], ["--zookeeper-port", "x"],
+                ["--http-port-base", "-1"]):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["cluster", "up", *bad])
 
@@ -50,7 +53,7 @@ def test_broker_settings() -> None:
     assert cluster.broker_settings(["num.partitions=3", " a = b "]) == {
         "num.partitions": "3", "a": "b"}
     for item in ("broker.id=4", "log.dirs=/x", "listeners=PLAINTEXT://:1",
-                 "zookeeper.connect=h:2181"):
+                 "zookeeper.connect=h:2181", "http.listeners=http://:1"):
         with pytest.raises(CliError) as refused:
             cluster.broker_settings([item])
         assert refused.value.exit_code == EXIT_USAGE
@@ -63,6 +66,18 @@ def test_broker_ports() -> None:
     assert cluster.broker_ports(2, 0) == [0, 0]
     with pytest.raises(CliError):
         cluster.broker_ports(3, 65534)
+
+
+def test_http_ports() -> None:
+    """Each broker's HTTP listener: 9644, 9645... beside 9092, 9093...; free ports beside
+    free ones; as asked; none."""
+    assert cluster.http_ports(3, None, 9092) == [9644, 9645, 9646]
+    assert cluster.http_ports(2, None, 0) == [0, 0]
+    assert cluster.http_ports(2, 8000, 0) == [8000, 8001]
+    assert cluster.http_ports(2, 0, 9092) == [0, 0]
+    assert cluster.http_ports(2, 8000, 9092, enabled=False) == [None, None]
+    with pytest.raises(CliError):
+        cluster.http_ports(3, 65534, 9092)
 
 
 def test_stop_order_puts_the_controller_last() -> None:
@@ -167,6 +182,7 @@ def test_pids_left_by_an_earlier_run(tmp_path: Path) -> None:
 # ---- a cluster on loopback -------------------------------------------------------------------
 
 _PID = re.compile(r"^(zookeeper|broker \d+): .*, pid (\d+), log ")
+_HTTP_URL = re.compile(r"^broker \d+: .*, (http://127\.0\.0\.1:\d+)$")
 
 
 class Up:
@@ -310,6 +326,12 @@ def test_up_status_stop_and_up_again(tmp_path: Path, ups: list[Up]) -> None:
     up = Up(data_dir)
     ups.append(up)
     assert set(up.pids) == {"zookeeper", "broker 1", "broker 2", "broker 3"}, up.lines
+    # Each broker's HTTP listener, on a free port (--port-base 0), printed with it: ready.
+    urls = [m.group(1) for m in map(_HTTP_URL.search, up.lines) if m is not None]
+    assert len(set(urls)) == 3, up.lines
+    for url in urls:
+        with urllib.request.urlopen(f"{url}/health/live", timeout=30) as response:
+            assert response.read() == b"ok\n"
     created = odradek("topics", "create", "events", "--partitions", "3",
                       "--replication-factor", "3", "--bootstrap-server", up.bootstrap)
     assert created.returncode == 0, created

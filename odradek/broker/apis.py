@@ -51,6 +51,7 @@ from odradek.coordinator.group.apis import GroupApis
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
 from odradek.coordinator.transaction.apis import TransactionApis
 from odradek.coordinator.transaction.transaction_coordinator import TransactionCoordinator
+from odradek.metrics.stats import BYTES_OUT, FAILED_FETCH, FETCH_REQUESTS
 from odradek.protocol import compression, legacy_records
 from odradek.protocol.api_keys import API_SPECS, ApiKey
 from odradek.protocol.errors import ErrorCode
@@ -88,6 +89,11 @@ log = logging.getLogger(__name__)
 EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405: earliest offset still on local disk
 LATEST_TIERED_TIMESTAMP = -5  # KIP-1005: no tiered storage here, so no such offset
 _NOT_REQUESTED = -(2**31)
+# A fetch of a partition answered so is not counted for its topic (its name may be
+# anything a client sent): the metrics' topics are those that exist.
+_UNCOUNTED_FETCH_ERRORS = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                     ErrorCode.UNKNOWN_TOPIC_ID,
+                                     ErrorCode.TOPIC_AUTHORIZATION_FAILED})
 
 
 def supported_range(api_key: int) -> tuple[int, int]:
@@ -649,6 +655,8 @@ class KafkaApis:
         by_id = version >= 13
         topics_by_id = self.metadata_cache.topics_by_id
         replica_id = body.replica_state.replica_id if version >= 15 else body.replica_id
+        # Kafka's RequestMetrics tell consumers' fetches from followers'.
+        context.metric_name = "FetchFollower" if replica_id >= 0 else "FetchConsumer"
         requested = []
         for t in body.topics:
             name = t.topic
@@ -705,10 +713,16 @@ class KafkaApis:
                        if r.slices and not self._down_conversion_enabled(tp)}
             converted = await _down_convert(results, reads, 0 if version <= 1 else 1, refused)
         responses: list[fetch_response.FetchableTopicResponse] = []
+        stats = self.replica_manager.topic_stats  # Kafka's BrokerTopicStats (metrics)
+        counted = stats.topics
+        sent: list[tuple[list[int], int]] = []  # (topic counters, record bytes)
         for (name, index), topic_id, r in context_.response_partitions(results):
             error = r.error_code
             if by_id and not name:
                 error = ErrorCode.UNKNOWN_TOPIC_ID
+            counts = counted.get(name)
+            if counts is None and error not in _UNCOUNTED_FETCH_ERRORS:
+                counts = stats.counters(name)
             data = fetch_response.PartitionData(
                 partition_index=index, error_code=error, high_watermark=r.high_watermark,
                 last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
@@ -724,6 +738,12 @@ class KafkaApis:
                 elif refused and (name, index) in refused:
                     data.error_code = ErrorCode.UNSUPPORTED_VERSION
                 data.records = records
+            if counts is not None:
+                counts[FETCH_REQUESTS] += 1
+                if data.error_code:
+                    counts[FAILED_FETCH] += 1
+                elif r.size:
+                    sent.append((counts, r.size if converted is None else len(data.records)))
             last = responses[-1] if responses else None
             if last is not None and last.topic == name and last.topic_id == topic_id:
                 last.partitions.append(data)
@@ -748,6 +768,12 @@ class KafkaApis:
                 return fetch_response.FetchResponse(
                     throttle_time_ms=throttle_ms, responses=[],
                     session_id=context_.session_id if body.session_id else 0)
+        if sent:
+            if replica_id >= 0:  # Kafka's ReplicationBytesOutPerSec, not BytesOutPerSec
+                stats.replication_bytes_out += sum(size for _, size in sent)
+            else:
+                for counts, size in sent:
+                    counts[BYTES_OUT] += size
         return fetch_response.FetchResponse(session_id=context_.session_id, responses=responses)
 
     def _fetch_allowed(self, reads: list[tuple[tuple[str, int], FetchPartitionRequest]],

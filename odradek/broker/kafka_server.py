@@ -5,13 +5,15 @@ against meta.properties, and the dynamic broker configs kept in the store applie
 loaded (and recovered after a crash) -> the group coordinator starts -> on one node, the
 controller hands partitions to the ReplicaManager (the coordinator loads the
 __consumer_offsets partitions it now leads) -> listeners open -> in a cluster, the broker
-registers in ZooKeeper and its KafkaController joins the election; the controller's
-LeaderAndIsr then says what to lead and follow.
-Stop (SIGTERM, SIGINT): in a cluster, a controlled shutdown first (leaderships move away
-while the listeners still serve) -> the group coordinator answers waiting joins and
-syncs -> fetchers stop, waiting fetches and produces are released, HWs checkpointed ->
-the controller resigns -> listeners close and in-flight requests finish -> the ZooKeeper
-session ends -> logs flushed, checkpointed, clean-shutdown marker written.
+registers in ZooKeeper and its KafkaController joins the election -> the HTTP listener
+(http.listeners: health, metrics) opens; the controller's LeaderAndIsr then says what to
+lead and follow.
+Stop (SIGTERM, SIGINT): /health/ready says not ready at once -> in a cluster, a
+controlled shutdown (leaderships move away while the listeners still serve) -> the group
+coordinator answers waiting joins and syncs -> fetchers stop, waiting fetches and
+produces are released, HWs checkpointed -> the controller resigns -> the HTTP listener
+closes -> listeners close and in-flight requests finish -> the ZooKeeper session ends ->
+logs flushed, checkpointed, clean-shutdown marker written.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from odradek.broker.apis import KafkaApis
 from odradek.broker.auth_helper import ALLOW_ALL, AuthHelper
 from odradek.broker.config_manager import CLUSTER_DEFAULT_ENTITY, load_dynamic_broker_configs
 from odradek.broker.controller_channel import ControllerChannelManager
+from odradek.broker.health import broker_readiness
 from odradek.broker.inter_broker_apis import InterBrokerApis
 from odradek.broker.inter_broker_client import DisconnectedError, InterBrokerClient
 from odradek.broker.inter_broker_security import InterBrokerSecurity, inter_broker_security
@@ -57,6 +60,7 @@ from odradek.coordinator.transaction.transaction_state_manager import (
     TransactionConfig,
     TransactionStateManager,
 )
+from odradek.metrics.broker_metrics import BrokerMetrics
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import KafkaError
 from odradek.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
@@ -74,6 +78,7 @@ from odradek.server.channel_builder import (
 )
 from odradek.server.config import BrokerConfig
 from odradek.server.connection_quotas import ConnectionLimits, ConnectionQuotas
+from odradek.server.http_server import HttpServer
 from odradek.server.network import BoundListener, SocketServer
 from odradek.server.quota_manager import QuotaManagers
 from odradek.storage.checkpoints import write_durably
@@ -114,9 +119,14 @@ class KafkaServer:
         self._static_config = config  # without the dynamic configs kept in the store
         self.admin: AdminManager | None = None
         self.bound: list[BoundListener] = []
+        self.http_server: HttpServer | None = None  # http.listeners: health and metrics
+        self.stopping = False  # from the start of shutdown: /health/ready says not ready
         self._stop = asyncio.Event()
         self._dir_locks: list[int] = []
         self.exit_code = 0  # non-zero when the broker stopped because its dirs failed
+        # Prometheus metrics (/metrics): counted on the request paths, the rest read
+        # from the components when scraped.
+        self.metrics = BrokerMetrics(self)
 
     async def startup(self) -> None:
         config = self.config
@@ -173,11 +183,11 @@ class KafkaServer:
             fetcher_manager = ReplicaFetcherManager(
                 config.node_id, lambda broker_id: cache.endpoint(broker_id, listener),
                 FetcherConfig.from_broker_config(config.get),
-                security=self.inter_broker_security)
+                security=self.inter_broker_security, topic_stats=self.metrics.topic_stats)
         self.replica_manager = ReplicaManager(
             config.node_id, self.log_manager,
             replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"),
-            fetcher_manager=fetcher_manager)
+            fetcher_manager=fetcher_manager, topic_stats=self.metrics.topic_stats)
         # Started before the controller hands out partitions, so that leading a
         # __consumer_offsets partition loads its groups.
         time, timer = SystemTime(), AsyncioTimer()
@@ -263,6 +273,7 @@ class KafkaServer:
             connection_quotas=ConnectionQuotas(
                 samples=config.get("quota.window.num"),
                 window_s=config.get("quota.window.size.seconds")),
+            request_metrics=self.metrics.requests,
         )
         # max.connections(.per.ip), max.connection.creation.rate: followed as they change.
         await self.socket_server.set_connection_limits(ConnectionLimits.from_config(config))
@@ -288,6 +299,14 @@ class KafkaServer:
             self.replica_manager.run_periodic_tasks(
                 config.get("replica.high.watermark.checkpoint.interval.ms")),
             name="replica-manager-periodic")
+        if config.http_listeners:
+            # Health and metrics (odradek/server/http_server.py), on this event loop.
+            metrics = getattr(self, "metrics", None)
+            self.http_server = HttpServer(
+                config.http_listeners, lambda: broker_readiness(self),
+                metrics.exposition if metrics is not None else None,
+                name=f"Odradek broker {config.node_id}")
+            await self.http_server.start()
         log.info("broker %d started (cluster %s), data in %s", config.node_id,
                  store.cluster_id, ", ".join(str(d) for d in config.log_dirs))
 
@@ -499,6 +518,7 @@ class KafkaServer:
 
     async def shutdown(self) -> None:
         log.info("broker %d shutting down", self.config.node_id)
+        self.stopping = True
         watchdog = asyncio.create_task(_report_slow_shutdown(SLOW_SHUTDOWN_S))
         try:
             await self._shut_down()
@@ -531,6 +551,8 @@ class KafkaServer:
             await self.alter_partition_manager.shutdown()
         if self.kafka_controller is not None:
             await self.kafka_controller.shutdown()
+        if self.http_server is not None:
+            await self.http_server.stop()
         if self.socket_server is not None:
             await self.socket_server.stop()
         if self._config_watch is not None:

@@ -46,6 +46,7 @@ from odradek.broker.inter_broker_client import (
     RequestBuilder,
 )
 from odradek.broker.inter_broker_security import InterBrokerSecurity
+from odradek.metrics.stats import BrokerTopicStats
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import CorruptRecordError, InvalidRecordError, KafkaError
@@ -296,8 +297,10 @@ class ReplicaFetcher:
     """One leader's fetcher (Kafka's ReplicaFetcherThread): one task, one connection."""
 
     def __init__(self, node_id: int, leader_id: int, endpoints: Endpoints,
-                 config: FetcherConfig, client: InterBrokerClient) -> None:
+                 config: FetcherConfig, client: InterBrokerClient,
+                 topic_stats: BrokerTopicStats | None = None) -> None:
         self.node_id = node_id
+        self._topic_stats = topic_stats  # ReplicationBytesInPerSec (metrics)
         self.leader_id = leader_id
         self.config = config
         self._endpoints = endpoints
@@ -598,6 +601,8 @@ class ReplicaFetcher:
                 raise RuntimeError(f"the log end offset is {partition.log_end_offset}, "
                                    f"not the fetch offset {state.fetch_offset}")
             appended = self._append(state, data.records)
+            if data.records and self._topic_stats is not None:
+                self._topic_stats.replication_bytes_in += len(data.records)
             partition.update_follower_high_watermark(data.high_watermark,
                                                      data.log_start_offset)
         except (CorruptRecordError, InvalidRecordError) as e:
@@ -756,9 +761,11 @@ class ReplicaFetcherManager:
     def __init__(self, node_id: int, endpoints: Endpoints,
                  config: FetcherConfig | None = None, *,
                  client_factory: ClientFactory | None = None,
-                 security: InterBrokerSecurity | None = None) -> None:
+                 security: InterBrokerSecurity | None = None,
+                 topic_stats: BrokerTopicStats | None = None) -> None:
         self.node_id = node_id
         self.config = config or FetcherConfig()
+        self.topic_stats = topic_stats  # the bytes fetched, for the metrics
         self.security = security  # the inter-broker listener's TLS and SASL
         self._endpoints = endpoints
         self._client_factory = client_factory or self._default_client
@@ -815,7 +822,7 @@ class ReplicaFetcherManager:
                 client = self._client_factory(
                     f"{DEFAULT_CLIENT_ID}-{self.node_id}-fetcher-{initial.leader_id}")
                 fetcher = ReplicaFetcher(self.node_id, initial.leader_id, self._endpoints,
-                                         self.config, client)
+                                         self.config, client, self.topic_stats)
                 self._fetchers[initial.leader_id] = fetcher
                 fetcher.start()
             fetcher.add(tp, initial)

@@ -27,6 +27,13 @@ from odradek.broker.partition import LogReadResult, Partition
 from odradek.broker.replica_fetcher import InitialFetchState, ReplicaFetcherManager
 from odradek.cluster.metadata import PartitionState, TopicMetadata
 from odradek.cluster.slices import Slices
+from odradek.metrics.stats import (
+    BYTES_IN,
+    FAILED_PRODUCE,
+    MESSAGES_IN,
+    PRODUCE_REQUESTS,
+    BrokerTopicStats,
+)
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import KafkaError
 from odradek.storage.checkpoints import OffsetCheckpointFile
@@ -148,13 +155,23 @@ class Purgatory:
         for tp in list(self._waiters):
             self.notify(tp)
 
+    def watchers(self) -> list[set[asyncio.Future[None]]]:
+        """The waiting requests of each partition waited on (the metrics: Kafka's
+        PurgatorySize counts a request once per partition it waits on)."""
+        return [set(waiting) for waiting in list(self._waiters.values())]
+
 
 class ReplicaManager:
     def __init__(self, node_id: int, log_manager: LogManager, *,
                  clock: Callable[[], int] = system_clock,
                  replica_lag_time_max_ms: int = 30_000,
-                 fetcher_manager: ReplicaFetcherManager | None = None) -> None:
+                 fetcher_manager: ReplicaFetcherManager | None = None,
+                 topic_stats: BrokerTopicStats | None = None) -> None:
         self.node_id = node_id
+        # Kafka's BrokerTopicStats: appends counted here, fetches by KafkaApis (metrics).
+        self.topic_stats = topic_stats if topic_stats is not None else BrokerTopicStats()
+        self.isr_shrinks = 0  # ISR changes of partitions led here, confirmed (metrics)
+        self.isr_expands = 0
         self.log_manager = log_manager
         self.clock = clock
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
@@ -517,9 +534,16 @@ class ReplicaManager:
     def alter_partition_completed(self, partition: Partition, leader_epoch: int,
                                   partition_epoch: int, error: int,
                                   state: PartitionState | None) -> None:
-        if self.partitions.get(partition.tp) is partition and partition.alter_partition_completed(
-                leader_epoch, partition_epoch, error, state):
+        if self.partitions.get(partition.tp) is not partition:
+            return
+        before = len(partition.isr)
+        if partition.alter_partition_completed(leader_epoch, partition_epoch, error, state):
             self._partition_changed(partition.tp)
+        after = len(partition.isr)
+        if after < before:
+            self.isr_shrinks += 1
+        elif after > before:
+            self.isr_expands += 1
 
     def checkpoint_high_watermarks(self) -> None:
         """Writes the HW checkpoints. The periodic one runs in a worker thread (thousands
@@ -647,18 +671,26 @@ class ReplicaManager:
         """Appends to the leaders' logs without waiting for the ISR. `origin` COORDINATOR
         is the broker's coordinators (they alone may write transaction markers)."""
         results: dict[TopicPartition, ProducePartitionResult] = {}
+        stats = self.topic_stats
+        counted = stats.topics
         for tp, records in entries.items():
             partition = self.partitions.get(tp)
             if partition is None:
                 results[tp] = ProducePartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
+            counts = counted.get(tp[0])
+            if counts is None:
+                counts = stats.counters(tp[0])
+            counts[PRODUCE_REQUESTS] += 1
             if tp in self.offline_partitions:
+                counts[FAILED_PRODUCE] += 1
                 results[tp] = ProducePartitionResult(
                     ErrorCode.KAFKA_STORAGE_ERROR,
                     error_message=f"{tp[0]}-{tp[1]} is in an offline log dir on broker "
                     f"{self.node_id}")
                 continue
             if records is None or len(records) == 0:
+                counts[FAILED_PRODUCE] += 1
                 results[tp] = ProducePartitionResult(
                     ErrorCode.CORRUPT_MESSAGE, error_message="the request carries no records")
                 continue
@@ -666,8 +698,12 @@ class ReplicaManager:
                 info = partition.append_records_to_leader(records, required_acks,
                                                           origin=origin)
             except Exception as e:  # every failure is this partition's answer, not the request's
+                counts[FAILED_PRODUCE] += 1
                 results[tp] = self._append_failure(partition, e)
                 continue
+            if info.valid_bytes:  # not a duplicate: written
+                counts[MESSAGES_IN] += info.last_offset - info.first_offset + 1
+                counts[BYTES_IN] += info.valid_bytes
             results[tp] = ProducePartitionResult(
                 ErrorCode.NONE, info.first_offset, info.log_append_time, info.log_start_offset,
                 last_offset=info.last_offset)

@@ -11,6 +11,10 @@ Started again with the same --data-dir, it keeps its data; a lock in that direct
 a second `up` off it meanwhile. A failure ends it with one line on stderr (which broker,
 its address, why, its log) and exit status 1, what it started stopped.
 
+Each broker also has its HTTP listener (http.listeners: health checks and metrics,
+docs/operations.md) on --http-port-base's ports (9644, 9645, ...; free ones with
+--port-base 0), printed with it; --no-http leaves them off.
+
 While it runs, it reports a broker that exits, and `restart-broker ID`, from another
 terminal, asks it (through the Unix socket DIR/control.sock) to start that broker again
 on its port and its log dir, as `kafka-server-start.sh` would with the broker's own
@@ -87,9 +91,11 @@ RESTART_ANSWER_TIMEOUT_S = STOP_TIMEOUT_S + STALE_SESSION_TIMEOUT_S + START_TIME
 
 # What `up` sets for each broker itself: one value for every broker would break them.
 PER_BROKER_SETTINGS = frozenset({"broker.id", "node.id", "listeners", "advertised.listeners",
-                                 "log.dirs", "log.dir", "zookeeper.connect"})
+                                 "log.dirs", "log.dir", "zookeeper.connect", "http.listeners"})
+HTTP_PORT_BASE = 9644  # broker i's HTTP listener: 9644 + i - 1 (as scripts/start's 9644)
 
-_LISTENING = re.compile(rb"listening on (\w+)://\S*:(\d+)")
+_LISTENING = re.compile(rb"(?<!http )listening on (\w+)://\S*:(\d+)")  # Kafka's
+_HTTP_LISTENING = re.compile(rb"http listening on http://\S*:(\d+)")  # http.listeners
 # The lines of a broker's log that say why it failed: an exception's, or an ERROR record.
 _ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception)\b|\S+ \S+ ERROR )")
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
@@ -110,6 +116,11 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                     help="broker i listens on PORT+i-1 (default 9092); 0: free ports")
     up.add_argument("--zookeeper-port", type=_port, default=2181, metavar="PORT",
                     help="ZooKeeper's client port (default 2181); 0: a free port")
+    up.add_argument("--http-port-base", type=_port, default=None, metavar="PORT",
+                    help="broker i's HTTP listener (health, metrics) on PORT+i-1 (default "
+                    f"{HTTP_PORT_BASE}, or free ports with --port-base 0); 0: free ports")
+    up.add_argument("--no-http", action="store_true",
+                    help="no HTTP listeners (http.listeners empty)")
     up.add_argument("--set", dest="settings", metavar="KEY=VALUE", action="append",
                     default=[], help="a broker setting for every broker (repeatable)")
     up.add_argument("--secure", action="store_true",
@@ -164,6 +175,21 @@ def broker_ports(brokers: int, port_base: int) -> list[int]:
         raise CliError(f"--port-base {port_base}: {brokers} brokers would go past port 65535",
                        EXIT_USAGE)
     return [port_base + i if port_base else 0 for i in range(brokers)]
+
+
+def http_ports(brokers: int, http_port_base: int | None, port_base: int,
+               enabled: bool = True) -> list[int | None]:
+    """The HTTP listener's port of brokers 1..N (None: none): http_port_base, +1, ...; by
+    default 9644, +1, ..., or free ports (0) when the Kafka ports are free ones."""
+    if not enabled:
+        return [None] * brokers
+    base = http_port_base if http_port_base is not None else (HTTP_PORT_BASE if port_base
+                                                               else 0)
+    if base and base + brokers - 1 > 65535:
+        raise CliError(f"--http-port-base {base}: {brokers} brokers would go past port 65535",
+                       EXIT_USAGE)
+    ports: list[int | None] = [base + i if base else 0 for i in range(brokers)]
+    return ports
 
 
 def log_summary(text: str, lines: int = 15) -> str:
@@ -279,6 +305,7 @@ class _Broker:
                  client: Mapping[str, str] | None = None) -> None:
         self.broker_id = broker_id
         self.requested_port = port  # 0: a free one
+        self.http_port: int | None = None  # the one its HTTP listener bound, if it has one
         self.log_file = log_file
         self.listener = listener  # the clients' (and `up`'s)
         self.client = dict(client or {})  # librdkafka's settings to ask it, but the address
@@ -312,8 +339,9 @@ class _Broker:
 
     def line(self) -> str:
         """What `up` prints of a started broker."""
+        http = f", http://127.0.0.1:{self.http_port}" if self.http_port else ""
         return (f"broker {self.broker_id}: 127.0.0.1:{self.port}, pid {self.process.pid}, "
-                f"log {self.log_file}")
+                f"log {self.log_file}{http}")
 
     def output(self) -> bytes:
         """What this run of the broker has logged so far."""
@@ -342,6 +370,8 @@ class _Broker:
         text = self.output()
         # Every listener is bound before the broker says it started.
         self.ports = {m.group(1).decode(): int(m.group(2)) for m in _LISTENING.finditer(text)}
+        http = _HTTP_LISTENING.search(text)
+        self.http_port = int(http.group(1)) if http is not None else None
         self.port = self.ports.get(self.listener)
         self._up = self.port is not None and self._started.search(text) is not None
         return self._up
@@ -393,10 +423,12 @@ class _Cluster:
         self.signals = signals
         self.connect = f"{zookeeper.connect_string}{CHROOT}"
         self.brokers: dict[int, _Broker] = {}
+        self.http_ports: dict[int, int | None] = {}  # as asked, by broker id
 
-    def start_broker(self, broker_id: int, port: int, internal_port: int = 0) -> _Broker:
+    def start_broker(self, broker_id: int, port: int, internal_port: int = 0,
+                     http_port: int | None = None) -> _Broker:
         """Broker `broker_id` on `port` (and, secure, its inter-broker listener on
-        `internal_port`); 0: a free one."""
+        `internal_port`; its HTTP listener on `http_port`, None: none); 0: a free one."""
         log_file = self.data_dir / f"broker-{broker_id}.log"
         settings = {**self.settings, "listeners": f"PLAINTEXT://127.0.0.1:{port}"}
         listener, client = "PLAINTEXT", {}
@@ -404,6 +436,9 @@ class _Cluster:
             settings = {**self.security.broker_settings(broker_id, port, internal_port),
                         **self.settings}
             listener, client = CLIENT_LISTENER, self.security.client_config()
+        if http_port is not None:
+            settings["http.listeners"] = f"http://127.0.0.1:{http_port}"
+        self.http_ports[broker_id] = http_port
         try:
             broker = _Broker(broker_id, port, log_file, {
                 **settings, "broker.id": str(broker_id),
@@ -445,8 +480,10 @@ class _Cluster:
             _wait_gone(broker_id, other, self.signals)
         self.signals.check()
         say(f"starting broker {broker_id} on {old.address}")
+        http_port = self.http_ports.get(broker_id)
         broker = self.start_broker(broker_id, old.port or old.requested_port,
-                                   old.ports.get(INTERNAL_LISTENER, 0))
+                                   old.ports.get(INTERNAL_LISTENER, 0),
+                                   None if http_port is None else old.http_port or http_port)
         deadline = time.monotonic() + START_TIMEOUT_S
         _wait_started([broker], deadline, self.signals)
         _wait_for_membership(self.running(), deadline, self.signals)
@@ -538,6 +575,7 @@ def _control_address(data_dir: Path) -> Iterator[str]:
 def run_up(args: argparse.Namespace) -> int:
     settings = broker_settings(args.settings)
     ports = broker_ports(args.brokers, args.port_base)
+    http = http_ports(args.brokers, args.http_port_base, args.port_base, not args.no_http)
     data_dir = Path(args.data_dir).resolve()
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -549,7 +587,7 @@ def run_up(args: argparse.Namespace) -> int:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise CliError(f"another `odradek cluster up` runs on {data_dir}") from None
-        check_ports_free([*ports, args.zookeeper_port])
+        check_ports_free([*ports, *(p for p in http if p), args.zookeeper_port])
         pids = _Pids(data_dir / "pids")
         pids.check_none_left()
         control = _Control(data_dir)
@@ -558,7 +596,7 @@ def run_up(args: argparse.Namespace) -> int:
         security = prepare(data_dir, range(1, len(ports) + 1)) if args.secure else None
         try:
             return _run_cluster(args, data_dir, ports, settings, signals, pids, control,
-                                security)
+                                security, http)
         finally:  # every process it started has stopped
             control.close()
             pids.remove()
@@ -568,7 +606,8 @@ def run_up(args: argparse.Namespace) -> int:
 
 def _run_cluster(args: argparse.Namespace, data_dir: Path, ports: list[int],
                  settings: dict[str, str], signals: _Signals, pids: _Pids,
-                 control: _Control, security: Security | None = None) -> int:
+                 control: _Control, security: Security | None = None,
+                 http: Sequence[int | None] | None = None) -> int:
     zookeeper = ZooKeeperServer(data_dir / "zookeeper", args.zookeeper_port)
     try:
         zookeeper.start()
@@ -584,7 +623,8 @@ def _run_cluster(args: argparse.Namespace, data_dir: Path, ports: list[int],
         if security is not None:  # the brokers' own user first, as Kafka needs it
             security.create_users(cluster.connect)
         for broker_id, port in enumerate(ports, 1):
-            cluster.start_broker(broker_id, port)
+            cluster.start_broker(broker_id, port,
+                                 http_port=http[broker_id - 1] if http is not None else None)
         brokers = list(cluster.brokers.values())
         deadline = time.monotonic() + START_TIMEOUT_S
         _wait_started(brokers, deadline, signals)

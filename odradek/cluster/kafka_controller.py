@@ -141,6 +141,23 @@ class KafkaController:
     def is_active(self) -> bool:
         return self.epoch is not None
 
+    def partition_counts(self) -> tuple[int, int, int]:
+        """(offline partitions, topics, partitions) as this controller knows them, for
+        the metrics (Kafka's OfflinePartitionsCount, GlobalTopicCount,
+        GlobalPartitionCount; all 0 unless active). A partition is offline when its
+        leader is no live broker, or holds it in a failed log dir (KIP-112)."""
+        live = set(self.live)
+        failed = {b: set(tps) for b, tps in list(self.offline_replicas.items())}
+        topics = list(self.topics.values())
+        offline = partitions = 0
+        for topic in topics:
+            for index, state in list(topic.partitions.items()):
+                partitions += 1
+                leader = state.leader
+                if leader not in live or (topic.name, index) in failed.get(leader, ()):
+                    offline += 1
+        return offline, len(topics), partitions
+
     # ---- life cycle -------------------------------------------------------------------
 
     async def startup(self) -> None:

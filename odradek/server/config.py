@@ -81,11 +81,13 @@ __all__ = [
     "ConfigEntry",
     "ConfigSource",
     "ConfigSynonym",
+    "HttpListener",
     "Listener",
     "broker_key",
     "configuration_table",
     "ignored_settings",
     "load_properties",
+    "parse_http_listeners",
     "parse_properties",
 ]
 
@@ -290,6 +292,12 @@ _HAND_KEYS: list[BrokerKey] = [
         _K("listener.security.protocol.map", _T.STRING, DEFAULT_PROTOCOL_MAP,
            "Comma-separated NAME:PROTOCOL pairs giving each listener's security protocol "
            "(PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)."),
+        _K("http.listeners", _T.STRING, "",
+           "Odradek's (Kafka has none): comma-separated http://host:port addresses of the "
+           "broker's HTTP listener, which serves /health/live, /health/ready and /metrics "
+           "(docs/operations.md); an empty host means every interface, port 0 a free port. "
+           "Empty: no HTTP listener. scripts/start sets http://localhost:9644 and "
+           "`odradek cluster up` a port per broker.", wire_type=LIST_CONFIG_TYPE),
         _K("inter.broker.listener.name", _T.STRING, None,
            "The listener other brokers connect to; it must be advertised. When unset: "
            "PLAINTEXT if advertised, else the first advertised listener."),
@@ -971,6 +979,51 @@ _LISTENER = re.compile(r"(?P<name>[A-Za-z0-9_-]+)://(?:\[(?P<ipv6>[0-9A-Fa-f:.%]
                        r"(?P<host>[^\s:/\[\]]*)):(?P<port>[+-]?\d+)")
 
 
+@dataclass(frozen=True, slots=True)
+class HttpListener:
+    """One http://host:port entry of http.listeners."""
+
+    host: str  # "" means every interface
+    port: int  # 0 means a free port chosen when the listener binds
+
+    @property
+    def bind_host(self) -> str | None:
+        return self.host or None
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+
+_HTTP_LISTENER = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://"
+                            r"(?:\[(?P<ipv6>[0-9A-Fa-f:.%]*)\]|(?P<host>[^\s:/\[\]]*))"
+                            r":(?P<port>[+-]?\d+)/?")
+
+
+def parse_http_listeners(raw: str) -> tuple[HttpListener, ...]:
+    """http.listeners: comma-separated http://host:port entries; empty for none. Raises
+    InvalidConfigError saying which entry is wrong and why."""
+    key = "http.listeners"
+    listeners: list[HttpListener] = []
+    for entry in filter(None, (e.strip() for e in raw.split(","))):
+        match = _HTTP_LISTENER.fullmatch(entry)
+        if match is None:
+            raise _invalid(key, raw, f"{entry!r} is not http://host:port")
+        if match["scheme"].lower() != "http":
+            raise _invalid(key, raw, f"{entry!r}: only http:// is served (no TLS on the "
+                           "HTTP listener yet)")
+        port = int(match["port"])
+        if not 0 <= port <= 65535:
+            raise _invalid(key, raw, f"port {port} must be between 0 and 65535")
+        host = match["ipv6"] if match["ipv6"] is not None else match["host"]
+        listener = HttpListener(host, port)
+        if port and any(other.port == port for other in listeners):
+            raise _invalid(key, raw, f"each HTTP listener needs its own port, and {port} is "
+                           "used twice")
+        listeners.append(listener)
+    return tuple(listeners)
+
+
 def _parse_protocol_map(raw: str) -> dict[str, str]:
     key = "listener.security.protocol.map"
     protocols: dict[str, str] = {}
@@ -1150,6 +1203,11 @@ class BrokerConfig:
             return self._build(self.properties, layer, self.dynamic)
         return self._build(self.properties, self.dynamic_defaults, layer)
 
+    @property
+    def http_listeners(self) -> tuple[HttpListener, ...]:
+        """http.listeners, parsed (checked when this configuration was built)."""
+        return parse_http_listeners(self._values["http.listeners"])
+
     def get(self, name: str) -> Any:
         """The typed value in force of any setting by Kafka name (None when unset), through
         its synonyms: get("log.retention.ms") is 604800000 when only the default of
@@ -1297,6 +1355,12 @@ class BrokerConfig:
         protocols = _parse_protocol_map(values["listener.security.protocol.map"])
         listeners = _parse_listeners("listeners", values["listeners"], protocols)
         _check_ports(listeners, values["listeners"])
+        http_listeners = parse_http_listeners(values["http.listeners"])
+        kafka_ports = {listener.port for listener in listeners if listener.port}
+        for http in http_listeners:
+            if http.port in kafka_ports:
+                raise _invalid("http.listeners", values["http.listeners"], f"port {http.port} "
+                               "is a Kafka listener's (listeners)")
         own = synonyms["advertised.listeners"][0].name == "advertised.listeners"
         advertised = _advertised(values["advertised.listeners"], own, listeners, protocols)
         inter_broker = _inter_broker_listener(

@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
+from odradek.metrics.stats import RequestMetrics
 from odradek.protocol.api import API_VERSIONS
 from odradek.protocol.api_keys import ApiKey, ApiSpec
 from odradek.protocol.exceptions import ProtocolError
@@ -128,6 +129,9 @@ class RequestContext:
     # Set by a handler when request quotas are in force (KIP-124): told the time the
     # response took to encode.
     timer: RequestTimer | None = None
+    # The request's name in the metrics when not its API's (Kafka's FetchConsumer and
+    # FetchFollower), set by its handler.
+    metric_name: str | None = None
 
     @property
     def client_id(self) -> str:
@@ -266,8 +270,11 @@ class SocketServer:
         queued_max_request_bytes: int | None = None,
         request_receive_timeout_ms: int | None = None,
         connection_quotas: ConnectionQuotas | None = None,
+        request_metrics: RequestMetrics | None = None,
     ) -> None:
         self.handler = handler
+        # Kafka's RequestMetrics: each request counted and timed (None: not measured).
+        self.request_metrics = request_metrics
         self.max_frame_size = max_frame_size
         self.idle_timeout_s = connections_max_idle_ms / 1000
         self.pool = RequestMemoryPool(queued_max_request_bytes)
@@ -588,6 +595,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._stopping = False
         self._busy = False
         self._task: asyncio.Task[None] | None = None
+        # The request being handled, for the request metrics: its API and context.
+        self._timed_api: ApiSpec | None = None
+        self._timed: RequestContext | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         # The address it is counted from in the connection limits, until it gives its
         # slot back (None: not counted, or given back).
@@ -791,6 +801,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         await self._throttle(self._throttle_ms)
                     if parts:
                         await self._write(parts)
+                    timed = self._timed
+                    if timed is not None:
+                        self._timed = None
+                        metrics = self.server.request_metrics
+                        if metrics is not None:
+                            api = self._timed_api
+                            assert api is not None
+                            metrics.record(timed.metric_name or api.name,
+                                           timed.header.request_api_version,
+                                           time.perf_counter_ns() - timed.started_ns)
                 finally:
                     self._busy = False
                     self.last_active = time.monotonic()
@@ -877,6 +897,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return await self._sasl_outcome(outcome, api, version, header.correlation_id)
         context = RequestContext(self.id, self.peer[0], self.peer[1], self.listener_name,
                                  header, self.principal, len(frame), started_ns=started)
+        self._timed_api, self._timed = api, context
         try:
             response = await handler.handle(Request(header, api, body), context)
         except CloseConnection as e:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 _LISTENING = re.compile(r"listening on (\w+)://\S*:(\d+)")
+_HTTP_LISTENING = re.compile(r"http listening on http://\S*:(\d+)")  # http.listeners
 _STARTED = re.compile(r"broker \d+ started")
 
 
@@ -32,11 +33,17 @@ class BrokerProcess:
         self.process: subprocess.Popen[str] | None = None
         self.log_lines: list[str] = []
         self.ports: dict[str, int] = {}  # each listener's bound port, by name
+        self.http_ports: list[int] = []  # each HTTP listener's (http.listeners), in order
         self._started = threading.Event()
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def http_port(self) -> int | None:
+        """The port of the first HTTP listener, None without one (http.listeners)."""
+        return self.http_ports[0] if self.http_ports else None
 
     def address(self, listener: str) -> str:
         """host:port of a listener by name (e.g. SASL_SSL)."""
@@ -53,6 +60,7 @@ class BrokerProcess:
     def start(self, timeout: float = 60) -> BrokerProcess:
         argv = self.argv()
         self.log_lines = []
+        self.http_ports = []
         self._started.clear()
         env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         self.process = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
@@ -69,7 +77,9 @@ class BrokerProcess:
         assert process.stderr is not None
         for line in process.stderr:
             self.log_lines.append(line)
-            if (m := _LISTENING.search(line)) is not None:
+            if (m := _HTTP_LISTENING.search(line)) is not None:
+                self.http_ports.append(int(m.group(1)))
+            elif (m := _LISTENING.search(line)) is not None:
                 self.ports[m.group(1)] = int(m.group(2))
                 if m.group(1) == "PLAINTEXT":
                     self.port = int(m.group(2))

@@ -647,6 +647,13 @@ class ZooKeeperMetadataStore:
         registration = self._registration
         return -1 if registration is None else registration.epoch
 
+    @property
+    def registered(self) -> bool:
+        """Whether this broker's registration is in force: made, in a session that is
+        connected and has not expired (a new session makes it again)."""
+        return (self._registration is not None and bool(self.client.connected)
+                and not self._session_lost)
+
     def live_brokers(self) -> dict[int, BrokerRegistration]:
         def read() -> dict[int, BrokerRegistration]:
             ids = [int(i) for i in self._wait(self.client.get_children_async(z.BROKER_IDS))]
