@@ -138,8 +138,10 @@ async def _requests(server: HttpServer, *paths: str, method: str = "GET"
 def test_routes() -> None:
     readiness = Readiness({"listeners": None, "registered": "not registered in ZooKeeper yet"},
                           {"broker": 3})
-    server = HttpServer([HttpListener("127.0.0.1", 0)], lambda: readiness,
-                        lambda accept: (b"m_total 1\n", "text/plain; version=0.0.4"),
+    async def metrics(_accept: str | None) -> tuple[bytes, str]:
+        return b"m_total 1\n", "text/plain; version=0.0.4"
+
+    server = HttpServer([HttpListener("127.0.0.1", 0)], lambda: readiness, metrics,
                         name="Odradek broker 3")
     index, live, ready, metrics, missing = asyncio.run(_requests(
         server, "/", "/health/live", "/health/ready", "/metrics", "/nothing"))
@@ -181,8 +183,10 @@ def test_a_response_the_client_does_not_read_is_dropped() -> None:
     big = b"x" * (64 << 20)  # far more than the sockets' buffers hold
 
     async def run() -> int:
-        server = HttpServer([HttpListener("127.0.0.1", 0)], lambda: Readiness({}),
-                            lambda accept: (big, "text/plain"),
+        async def metrics(_accept: str | None) -> tuple[bytes, str]:
+            return big, "text/plain"
+
+        server = HttpServer([HttpListener("127.0.0.1", 0)], lambda: Readiness({}), metrics,
                             limits=HttpLimits(write_timeout_s=0.5))
         host, port = (await server.start())[0]
         try:

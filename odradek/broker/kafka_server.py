@@ -304,7 +304,7 @@ class KafkaServer:
             metrics = getattr(self, "metrics", None)
             self.http_server = HttpServer(
                 config.http_listeners, lambda: broker_readiness(self),
-                metrics.exposition if metrics is not None else None,
+                metrics.exposition_async if metrics is not None else None,
                 name=f"Odradek broker {config.node_id}")
             await self.http_server.start()
         log.info("broker %d started (cluster %s), data in %s", config.node_id,

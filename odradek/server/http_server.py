@@ -55,7 +55,8 @@ class _ClientErrors(logging.Filter):
 _aiohttp_log = logging.getLogger(f"{__name__}.aiohttp")  # aiohttp's own messages
 _aiohttp_log.addFilter(_ClientErrors())
 
-Exposition = Callable[[str | None], tuple[bytes, str]]  # Accept header -> body, content type
+# Accept header -> body, content type
+Exposition = Callable[[str | None], Awaitable[tuple[bytes, str]]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -255,12 +256,10 @@ class HttpServer:
     async def _metrics(self, request: web.Request) -> web.StreamResponse:
         if self.metrics is None:
             raise web.HTTPNotFound(text="this broker has no metrics\n")
-        # On the loop, not in a thread: the metrics read state the loop owns (partitions,
-        # groups, purgatories), which a thread could see half changed. It is safe there
-        # as a Metadata request for every topic is: its cost grows with the partitions,
-        # a few milliseconds per thousand, once per scrape (Prometheus scrapes every 15 s
-        # or so), and the scrape itself is written out below without holding the loop.
-        body, content_type = self.metrics(request.headers.get("Accept"))
+        # The state is read on the loop, which owns it (partitions, groups, purgatories: a
+        # thread could see them half changed), as a Metadata request for every topic
+        # does; a large scrape's text is written in a worker thread.
+        body, content_type = await self.metrics(request.headers.get("Accept"))
         response = web.StreamResponse(headers={"Content-Type": content_type})
         response.content_length = len(body)
         return await self._send(request, response, body)
