@@ -11,8 +11,8 @@ lead and follow.
 Stop (SIGTERM, SIGINT): /health/ready says not ready at once -> in a cluster, a
 controlled shutdown (leaderships move away while the listeners still serve) -> the group
 coordinator answers waiting joins and syncs -> fetchers stop, waiting fetches and
-produces are released, HWs checkpointed -> the controller resigns -> the HTTP listener
-closes -> listeners close and in-flight requests finish -> the ZooKeeper session ends ->
+produces are released, HWs checkpointed -> the controller resigns -> listeners close and
+in-flight requests finish -> the HTTP listener closes -> the ZooKeeper session ends ->
 logs flushed, checkpointed, clean-shutdown marker written.
 """
 
@@ -301,11 +301,9 @@ class KafkaServer:
             name="replica-manager-periodic")
         if config.http_listeners:
             # Health and metrics (odradek/server/http_server.py), on this event loop.
-            metrics = getattr(self, "metrics", None)
             self.http_server = HttpServer(
                 config.http_listeners, lambda: broker_readiness(self),
-                metrics.exposition_async if metrics is not None else None,
-                name=f"Odradek broker {config.node_id}")
+                self.metrics.exposition_async, name=f"Odradek broker {config.node_id}")
             await self.http_server.start()
         log.info("broker %d started (cluster %s), data in %s", config.node_id,
                  store.cluster_id, ", ".join(str(d) for d in config.log_dirs))
@@ -551,10 +549,10 @@ class KafkaServer:
             await self.alter_partition_manager.shutdown()
         if self.kafka_controller is not None:
             await self.kafka_controller.shutdown()
-        if self.http_server is not None:
-            await self.http_server.stop()
         if self.socket_server is not None:
             await self.socket_server.stop()
+        if self.http_server is not None:
+            await self.http_server.stop()
         if self._config_watch is not None:
             self._config_watch.cancel()
         if self.acl_store is not None:
