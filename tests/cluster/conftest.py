@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
-from support.cluster import Cluster
+from support.cluster import Cluster, running
 from support.netns import IsolatableHost
 from zk_helpers import WAIT, StoreFactory, TcpProxy
 
@@ -90,18 +90,7 @@ def proxy(zookeeper: ZooKeeperServer) -> Iterator[TcpProxy]:
 
 @pytest.fixture
 def cluster(tmp_path: Path, connect: str) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, connect, brokers=3)
-    try:
-        c.start()
-    except Exception:
-        c.stop()
-        print(c.logs())  # shown with the failure
-        raise
-    yield c
-    for broker in c.brokers.values():
-        broker.kill()
-    text = c.logs()
-    assert "Traceback" not in text, text
+    yield from running(Cluster(tmp_path, connect, brokers=3))
 
 
 @pytest.fixture

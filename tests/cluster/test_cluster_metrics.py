@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import NewTopic
 from prometheus_client.parser import text_string_to_metric_families
-from support.cluster import Cluster
+from support.cluster import Cluster, running
 from support.replication import produce
 from support.wait import wait_until
 
@@ -25,19 +25,8 @@ BOUND = 60.0  # seconds: a session timeout (6 s) and the catching up fit well wi
 
 @pytest.fixture
 def http_cluster(tmp_path: Path, connect: str) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, connect, brokers=3,
-                settings={"http.listeners": "http://127.0.0.1:0"})
-    try:
-        c.start()
-    except Exception:
-        c.stop()
-        print(c.logs())
-        raise
-    yield c
-    for broker in c.brokers.values():
-        broker.kill()
-    text = c.logs()
-    assert "Traceback" not in text, text
+    yield from running(Cluster(tmp_path, connect, brokers=3,
+                               settings={"http.listeners": "http://127.0.0.1:0"}))
 
 
 def gauge(cluster: Cluster, broker_id: int, name: str) -> float:

@@ -9,13 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.cluster import Cluster
-from support.quota_wire import Wire, alter_quotas
+from support.cluster import Cluster, running
+from support.quota_wire import Wire, alter_quotas, existing
 from support.wait import wait_until
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import create_topics_request as create_topics
-from odradek.protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
 
 # A bucket of rate x 1 sample x 1 s: a rate of 2 takes 3 one-partition topics at once.
 SETTINGS = {"controller.quota.window.num": "1", "controller.quota.window.size.seconds": "1"}
@@ -23,18 +22,7 @@ SETTINGS = {"controller.quota.window.num": "1", "controller.quota.window.size.se
 
 @pytest.fixture
 def pair(tmp_path: Path, connect: str) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, connect, brokers=2, settings=SETTINGS)
-    try:
-        c.start()
-    except Exception:
-        c.stop()
-        print(c.logs())
-        raise
-    yield c
-    for broker in c.brokers.values():
-        broker.kill()
-    text = c.logs()
-    assert "Traceback" not in text, text
+    yield from running(Cluster(tmp_path, connect, brokers=2, settings=SETTINGS))
 
 
 def create(bootstrap: str, names: list[str]) -> dict[str, int]:
@@ -50,17 +38,6 @@ def create(bootstrap: str, names: list[str]) -> dict[str, int]:
     if any(t.error_code for t in response.topics):
         assert response.throttle_time_ms > 0
     return {t.name: t.error_code for t in response.topics}
-
-
-def existing(bootstrap: str, names: list[str]) -> set[str]:
-    wire = Wire(bootstrap)
-    try:
-        response = wire.call(MetadataRequest(
-            topics=[MetadataRequestTopic(name=n) for n in names],
-            allow_auto_topic_creation=False), 12)
-    finally:
-        wire.close()
-    return {t.name for t in response.topics if t.error_code == 0}
 
 
 def test_each_broker_holds_a_client_to_its_controller_mutation_rate(pair: Cluster) -> None:

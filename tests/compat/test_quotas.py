@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from support.broker import BrokerProcess
-from support.quota_wire import Wire, alter_quotas, describe_quotas
+from support.quota_wire import Wire, alter_quotas, describe_quotas, existing
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.message import Message
@@ -25,7 +25,7 @@ from odradek.protocol.messages import create_topics_request as create_topics
 from odradek.protocol.messages import delete_topics_request as delete_topics
 from odradek.protocol.messages import describe_client_quotas_request as describe
 from odradek.protocol.messages.api_versions_request import ApiVersionsRequest
-from odradek.protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
+from odradek.protocol.messages.metadata_request import MetadataRequest
 from odradek.protocol.messages.produce_request import (
     PartitionProduceData,
     ProduceRequest,
@@ -342,17 +342,6 @@ def test_a_client_over_its_request_percentage_is_held_down(
 
 
 # ---- controller_mutation_rate (KIP-599) -------------------------------------------------
-
-
-def existing(bootstrap: str, names: list[str]) -> set[str]:
-    wire = Wire(bootstrap)
-    try:
-        response = wire.call(MetadataRequest(
-            topics=[MetadataRequestTopic(name=n) for n in names],
-            allow_auto_topic_creation=False), 12)
-    finally:
-        wire.close()
-    return {t.name for t in response.topics if t.error_code == 0}
 
 
 def create_topics_request(names: list[str], partitions: int = 1

@@ -7,6 +7,7 @@ own data directory, broker.id and port, and zookeeper.connect naming the test's 
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -92,3 +93,19 @@ class Cluster:
 
     def logs(self) -> str:
         return "".join(f"---- broker {i}\n{b.log_text()}" for i, b in self.brokers.items())
+
+
+def running(c: Cluster) -> Iterator[Cluster]:
+    """A started cluster for a fixture to yield: its logs shown if it fails to start, its
+    brokers killed after the test, and no traceback in their logs."""
+    try:
+        c.start()
+    except Exception:
+        c.stop()
+        print(c.logs())  # shown with the failure
+        raise
+    yield c
+    for broker in c.brokers.values():
+        broker.kill()
+    text = c.logs()
+    assert "Traceback" not in text, text

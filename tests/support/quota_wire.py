@@ -12,6 +12,7 @@ from odradek.protocol.framing import decode_response, encode_request
 from odradek.protocol.message import Message
 from odradek.protocol.messages import alter_client_quotas_request as alter
 from odradek.protocol.messages import describe_client_quotas_request as describe
+from odradek.protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
 
 
 class Wire:
@@ -58,3 +59,15 @@ def describe_quotas(wire: Wire, components: list[describe.ComponentData] | None 
     assert response.error_code == 0, response.error_message
     return {tuple((e.entity_type, e.entity_name) for e in entry.entity):
             {v.key: v.value for v in entry.values} for entry in response.entries}
+
+
+def existing(bootstrap: str, names: list[str]) -> set[str]:
+    """Which of the topics exist, by Metadata v12 (never creating one)."""
+    wire = Wire(bootstrap)
+    try:
+        response = wire.call(MetadataRequest(
+            topics=[MetadataRequestTopic(name=n) for n in names],
+            allow_auto_topic_creation=False), 12)
+    finally:
+        wire.close()
+    return {t.name for t in response.topics if t.error_code == 0}
