@@ -51,6 +51,7 @@ from odradek.cluster.metadata import MetadataStore
 from odradek.cluster.zk_topic_admin import ZkTopicAdmin
 from odradek.cluster.zookeeper.store import ZkWatch, ZooKeeperMetadataStore
 from odradek.cluster.zookeeper.znodes import BrokerEndpoint, desanitize
+from odradek.console import Console, console_for
 from odradek.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from odradek.coordinator.group.group_metadata_manager import GroupMetadataManager, OffsetConfig
 from odradek.coordinator.timer import AsyncioTimer, SystemTime
@@ -120,6 +121,8 @@ class KafkaServer:
         self.admin: AdminManager | None = None
         self.bound: list[BoundListener] = []
         self.http_server: HttpServer | None = None  # http.listeners: health and metrics
+        self.console: Console | None = None  # the web console on the HTTP listener
+        self.auth: AuthHelper = ALLOW_ALL
         self.stopping = False  # from the start of shutdown: /health/ready says not ready
         self._stop = asyncio.Event()
         self._dir_locks: list[int] = []
@@ -156,7 +159,7 @@ class KafkaServer:
                                       if zk_store is not None else None)
         security = {li.name: build_listener_security(config, li, self.credentials.lookup)
                     for li in config.listeners if li.security_protocol != "PLAINTEXT"}
-        auth = await self._start_authorizer(config, zk_store)
+        auth = self.auth = await self._start_authorizer(config, zk_store)
         cache: MetadataCache
         controller: Controller
         if zk_store is not None:
@@ -300,10 +303,15 @@ class KafkaServer:
                 config.get("replica.high.watermark.checkpoint.interval.ms")),
             name="replica-manager-periodic")
         if config.http_listeners:
-            # Health and metrics (odradek/server/http_server.py), on this event loop.
+            # Health, metrics and the console (odradek/server/http_server.py,
+            # odradek/console/), on this event loop.
+            if config.get("http.console.enabled"):
+                self.console = console_for(self, self.inter_broker_security
+                                           or inter_broker_security(config))
             self.http_server = HttpServer(
                 config.http_listeners, lambda: broker_readiness(self),
-                self.metrics.exposition_async, name=f"Odradek broker {config.node_id}")
+                self.metrics.exposition_async, name=f"Odradek broker {config.node_id}",
+                routes=self.console.add_routes if self.console is not None else None)
             await self.http_server.start()
         log.info("broker %d started (cluster %s), data in %s", config.node_id,
                  store.cluster_id, ", ".join(str(d) for d in config.log_dirs))
@@ -553,6 +561,8 @@ class KafkaServer:
             await self.socket_server.stop()
         if self.http_server is not None:
             await self.http_server.stop()
+        if self.console is not None:
+            await self.console.close()
         if self._config_watch is not None:
             self._config_watch.cancel()
         if self.acl_store is not None:

@@ -85,26 +85,27 @@ class ApiRequestStats:
 
 
 class RequestMetrics:
-    """Kafka's RequestMetrics: RequestsPerSec per API and version, and TotalTimeMs per
-    API, from when a request's frame is taken up to when its response is written."""
+    """Kafka's RequestMetrics: RequestsPerSec per request name (Kafka's: the API's name,
+    FetchConsumer and FetchFollower for Fetch) and version, and TotalTimeMs per request
+    name, from when a request's frame is taken up to when its response is written."""
 
     __slots__ = ("_bounds_ns", "apis", "bounds_ms")
 
     def __init__(self, buckets_ms: tuple[float, ...] = TIME_BUCKETS_MS) -> None:
         self.bounds_ms = buckets_ms
         self._bounds_ns = [int(b * 1_000_000) for b in buckets_ms]
-        self.apis: dict[int, ApiRequestStats] = {}
+        self.apis: dict[str, ApiRequestStats] = {}
 
-    def record(self, api_key: int, version: int, elapsed_ns: int) -> None:
-        stats = self.apis.get(api_key)
+    def record(self, request: str, version: int, elapsed_ns: int) -> None:
+        stats = self.apis.get(request)
         if stats is None:
-            stats = self.apis[api_key] = ApiRequestStats(len(self._bounds_ns) + 1)
+            stats = self.apis[request] = ApiRequestStats(len(self._bounds_ns) + 1)
         versions = stats.versions
         versions[version] = versions.get(version, 0) + 1
         stats.buckets[bisect_left(self._bounds_ns, elapsed_ns)] += 1
         stats.sum_ns += elapsed_ns
 
-    def snapshot(self) -> dict[int, tuple[dict[int, int], list[int], int]]:
-        """api key -> (count by version, bucket counts, total ns), copied."""
+    def snapshot(self) -> dict[str, tuple[dict[int, int], list[int], int]]:
+        """request name -> (count by version, bucket counts, total ns), copied."""
         return {key: (dict(s.versions), list(s.buckets), s.sum_ns)
                 for key, s in list(self.apis.items())}

@@ -297,7 +297,19 @@ _HAND_KEYS: list[BrokerKey] = [
            "broker's HTTP listener, which serves /health/live, /health/ready and /metrics "
            "(docs/operations.md); an empty host means every interface, port 0 a free port. "
            "Empty: no HTTP listener. scripts/start sets http://localhost:9644 and "
-           "`odradek cluster up` a port per broker.", wire_type=LIST_CONFIG_TYPE),
+           "`odradek cluster up` a port per broker, and the web console at /.",
+           wire_type=LIST_CONFIG_TYPE),
+        _K("http.console.enabled", _T.BOOLEAN, True,
+           "Odradek's: whether the HTTP listener serves the web console at / and its JSON "
+           "API under /api (docs/operations.md). It shows what the broker's own principal "
+           "sees, records included, to whoever reaches the listener."),
+        _K("http.console.write.enabled", _T.BOOLEAN, False,
+           "Odradek's: whether the console may create topics, delete records and reset a "
+           "group's offsets. With an authorizer each write needs a SCRAM user's name and "
+           "password (HTTP Basic) and the ACLs the Kafka request would need."),
+        _K("http.console.history.interval.ms", _T.INT, 5000,
+           "Odradek's: how often the console's charts sample the broker's counters; an "
+           "hour of samples is kept.", Range(100)),
         _K("inter.broker.listener.name", _T.STRING, None,
            "The listener other brokers connect to; it must be advertised. When unset: "
            "PLAINTEXT if advertised, else the first advertised listener."),

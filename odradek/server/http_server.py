@@ -3,7 +3,8 @@
 Served by aiohttp on the broker's own event loop, beside the Kafka listeners and never on
 their path: a request here reads what the broker knows and answers at once.
 
-  /              a short HTML page linking the others
+  /              the web console (odradek/console/, added by the broker as `routes`), or
+                 without it a short HTML page linking the others
   /health/live   200 "ok" while the process serves (for a liveness probe)
   /health/ready  200 and a small JSON body when the broker is ready, 503 and the reasons
                  when not (for a readiness probe; what "ready" means is the broker's:
@@ -14,10 +15,12 @@ Every request is bounded, so that a slow or hostile HTTP client costs the Kafka 
 nothing: a request line and each header at most 4 KiB, at most 32 headers (a longer one is
 answered 400 and closed at once); the whole request within the keep-alive timeout of the
 connection's start or its previous response (a client that sends half a request line and
-stalls is closed then); no request bodies (413, closed); at most `max_connections`
+stalls is closed then); no request bodies but a console write's JSON (POST, at most
+`max_body_size`; 413 and closed otherwise); at most `max_connections`
 connections at once (more are answered 503 and closed); an idle keep-alive connection is
 closed after the same timeout; a response the client does not read is dropped after
-`write_timeout_s`. Only GET and HEAD are routed (405 for the others).
+`write_timeout_s`. Only GET and HEAD are routed, and the console's writes (405 for the
+others).
 """
 
 from __future__ import annotations
@@ -96,6 +99,7 @@ class HttpLimits:
     keepalive_timeout_s: float = 10.0  # idle, or a request still arriving, since then
     write_timeout_s: float = 10.0  # for a response the client is slow to read
     max_connections: int = 512
+    max_body_size: int = 64 * 1024  # a console write's JSON
     backlog: int = 128
 
 
@@ -159,10 +163,12 @@ class HttpServer:
 
     def __init__(self, listeners: Sequence[HttpListener], readiness: Callable[[], Readiness],
                  metrics: Exposition | None = None, *, name: str = "Odradek broker",
-                 limits: HttpLimits | None = None) -> None:
+                 limits: HttpLimits | None = None,
+                 routes: Callable[[web.Application], None] | None = None) -> None:
         self.listeners = tuple(listeners)
         self.readiness = readiness
         self.metrics = metrics
+        self.routes = routes  # more routes (the console's), "/" among them
         self.name = name
         self.limits = limits or HttpLimits()
         self.bound: list[tuple[str, int]] = []  # (host, port) of each listener, once bound
@@ -171,11 +177,15 @@ class HttpServer:
         self._connections: set[_Counted] = set()
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._bounded])
-        app.router.add_get("/", self._index)
+        app = web.Application(middlewares=[self._bounded],
+                              client_max_size=self.limits.max_body_size)
         app.router.add_get("/health/live", self._live)
         app.router.add_get("/health/ready", self._ready)
         app.router.add_get("/metrics", self._metrics)
+        if self.routes is not None:
+            self.routes(app)
+        else:
+            app.router.add_get("/", self._index)
         return app
 
     async def start(self) -> list[tuple[str, int]]:
@@ -234,8 +244,12 @@ class HttpServer:
 
     @web.middleware
     async def _bounded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.body_exists:  # GET and HEAD only: a body is never read, nor waited for
-            response = web.Response(status=413, text="requests here carry no body\n")
+        # A body is read only by a POST route (within client_max_size); any other is never
+        # read, nor waited for.
+        if (request.body_exists and request.method != "POST") or (
+                request.content_length or 0) > self.limits.max_body_size:
+            response = web.Response(status=413, text="too large a body, or one not asked "
+                                                     "for\n")
             response.force_close()
             return response
         return await handler(request)
