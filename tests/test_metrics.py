@@ -22,6 +22,7 @@ from odradek.cluster.kafka_controller import KafkaController
 from odradek.cluster.metadata import PartitionState, TopicMetadata
 from odradek.metrics import stats as s
 from odradek.metrics.broker_metrics import BrokerMetrics
+from odradek.metrics.collectors import SLICE
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.records import SimpleRecord, build_record_batch
 from odradek.storage.config import LogConfig
@@ -376,3 +377,45 @@ def test_exposition_async_renders_a_large_scrape_in_a_thread() -> None:
     body, content_type = asyncio.run(metrics.exposition_async(None))
     assert (body, content_type) == metrics.exposition(None)
     assert body.count(b"kafka_log_log_size{") == 1000
+
+
+def test_exposition_async_lets_the_loop_run_between_slices_of_the_walk() -> None:
+    """A scrape of many partitions and committed offsets gives the event loop back every
+    SLICE of them: other work runs while it walks, and the text is the same."""
+    partitions = 2_000
+    rm = fake_replica_manager({("t", p): 10 for p in range(partitions)})
+    offsets = {("t", p): SimpleNamespace(offset=4) for p in range(partitions)}
+    group = SimpleNamespace(group_id="g", state="Stable", members={}, offsets=offsets)
+    coordinator = SimpleNamespace(manager=SimpleNamespace(groups={"g": group}))
+    metrics = BrokerMetrics(server_of(rm, group_coordinator=coordinator))
+
+    async def walks_with_a_ticker() -> list[int]:
+        """The loop's turns while each collector walks (the text is rendered apart)."""
+        ticks = 0
+        done = False
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not done:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        turns = []
+        for collector in metrics.collectors:
+            await asyncio.sleep(0)
+            ticks = 0
+            await collector.collect_async()
+            turns.append(ticks)
+        done = True
+        await task
+        return turns
+
+    turns = dict(zip([type(c).__name__ for c in metrics.collectors],
+                     asyncio.run(walks_with_a_ticker()), strict=True))
+    # The partitions' walk and the group's offsets each gave the loop a turn every SLICE.
+    assert turns["ReplicaManagerCollector"] >= partitions // SLICE
+    assert turns["GroupLagCollector"] >= partitions // SLICE
+    body = asyncio.run(metrics.exposition_async(None))[0]
+    assert body == metrics.exposition(None)[0]
+    assert body.count(b"kafka_consumergroup_lag{") == partitions

@@ -22,6 +22,7 @@ from odradek.metrics.collectors import (
     GroupLagCollector,
     ReplicaManagerCollector,
     RequestCollector,
+    SafeCollector,
     SocketServerCollector,
 )
 from odradek.metrics.render import render
@@ -42,16 +43,18 @@ class BrokerMetrics:
         self.server = server
         self.topic_stats = BrokerTopicStats()
         self.requests = RequestMetrics()
+        self.collectors: list[SafeCollector] = [
+            BrokerTopicCollector(self.topic_stats, self._known_topics),
+            RequestCollector(self.requests),
+            ReplicaManagerCollector(self._get("replica_manager")),
+            ControllerCollector(self._get("kafka_controller"), self._embedded_controller,
+                                self._get("replica_manager")),
+            SocketServerCollector(self._get("socket_server")),
+            GroupLagCollector(self._get("group_coordinator"), self._get("replica_manager")),
+        ]
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(BrokerTopicCollector(self.topic_stats, self._known_topics))
-        self.registry.register(RequestCollector(self.requests))
-        self.registry.register(ReplicaManagerCollector(self._get("replica_manager")))
-        self.registry.register(ControllerCollector(
-            self._get("kafka_controller"), self._embedded_controller,
-            self._get("replica_manager")))
-        self.registry.register(SocketServerCollector(self._get("socket_server")))
-        self.registry.register(GroupLagCollector(self._get("group_coordinator"),
-                                                 self._get("replica_manager")))
+        for collector in self.collectors:
+            self.registry.register(collector)
 
     def _get(self, attribute: str) -> Any:
         return lambda: getattr(self.server, attribute, None)
@@ -86,12 +89,13 @@ class BrokerMetrics:
 
     async def exposition_async(self, accept_header: str | None = None) -> tuple[bytes, str]:
         """exposition(), for a caller on the broker's event loop: the state is read on
-        the loop (it owns it), and a large scrape's text is written in a worker thread
-        (the collected families are plain data, the loop's no more), so the loop is not
-        held for the whole of it."""
+        the loop (it owns it) in slices between which the loop serves other work, and a
+        large scrape's text is written in a worker thread (the collected families are
+        plain data, the loop's no more), so the loop is never held for the whole of it."""
         _, content_type = choose_encoder(accept_header or "")
         openmetrics = content_type.startswith("application/openmetrics-text")
-        families = list(self.registry.collect())
+        families = [family for collector in self.collectors
+                    for family in await collector.collect_async()]
         if sum(len(f.samples) for f in families) < RENDER_INLINE_SAMPLES:
             return render(families, openmetrics), content_type
         return await asyncio.to_thread(render, families, openmetrics), content_type
