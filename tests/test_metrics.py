@@ -419,3 +419,24 @@ def test_exposition_async_lets_the_loop_run_between_slices_of_the_walk() -> None
     body = asyncio.run(metrics.exposition_async(None))[0]
     assert body == metrics.exposition(None)[0]
     assert body.count(b"kafka_consumergroup_lag{") == partitions
+
+
+def test_group_lag_of_partitions_led_elsewhere_from_their_leaders_high_watermarks() -> None:
+    rm = fake_replica_manager({("here", 0): 10})
+    offsets = {("here", 0): SimpleNamespace(offset=4),
+               ("elsewhere", 0): SimpleNamespace(offset=5),
+               ("unknown", 0): SimpleNamespace(offset=1)}
+    group = SimpleNamespace(group_id="g", state="Stable", members={}, offsets=offsets)
+    coordinator = SimpleNamespace(manager=SimpleNamespace(groups={"g": group}))
+    metrics = BrokerMetrics(server_of(rm, group_coordinator=coordinator))
+    assert value(scrape(metrics), "kafka_consumergroup_lag", consumergroup="g",
+                 topic="elsewhere", partition="0") is None
+    # What the console's sampler heard from the leader of elsewhere-0.
+    metrics.remote_high_watermarks[("elsewhere", 0)] = 25
+    samples = scrape(metrics)
+    lag = {t: value(samples, "kafka_consumergroup_lag", consumergroup="g", topic=t,
+                    partition="0") for t in ("here", "elsewhere", "unknown")}
+    assert lag == {"here": 6, "elsewhere": 20, "unknown": None}
+    # The committed offset is exported whether or not the lag is known.
+    assert value(samples, "kafka_consumergroup_current_offset", consumergroup="g",
+                 topic="unknown", partition="0") == 1

@@ -36,7 +36,7 @@ def console_for(server: KafkaServer, security: InterBrokerSecurity | None) -> Co
 
     async def group_lag() -> dict[str, int | None]:
         """The total lag of each group this broker coordinates: high watermarks of the
-        replicas here, the others' from their leaders."""
+        partitions led here, the others' from their leaders."""
         coordinator, rm = server.group_coordinator, server.replica_manager
         if coordinator is None or rm is None:
             return {}
@@ -51,8 +51,12 @@ def console_for(server: KafkaServer, security: InterBrokerSecurity | None) -> Co
             if partition is not None and partition.is_leader:
                 ends[tp] = partition.high_watermark
         missing = wanted - set(ends)
-        if missing:
-            ends.update(await client.list_offsets(missing, LATEST))
+        remote = await client.list_offsets(missing, LATEST) if missing else {}
+        ends.update(remote)
+        # /metrics' group lag takes them too (odradek/metrics/collectors.py).
+        known = server.metrics.remote_high_watermarks
+        known.clear()
+        known.update(remote)
         return {group_id: total_lag(offsets, ends) for group_id, offsets in committed.items()}
 
     history = MetricsHistory(server.metrics.topic_stats, server.metrics.requests,

@@ -43,6 +43,10 @@ class BrokerMetrics:
         self.server = server
         self.topic_stats = BrokerTopicStats()
         self.requests = RequestMetrics()
+        # The high watermarks of partitions led elsewhere that this broker's groups
+        # committed offsets of, as the console's history sampler last heard them from
+        # their leaders (for the group lag of a cluster's coordinator).
+        self.remote_high_watermarks: dict[tuple[str, int], int] = {}
         self.collectors: list[SafeCollector] = [
             BrokerTopicCollector(self.topic_stats, self._known_topics),
             RequestCollector(self.requests),
@@ -50,7 +54,8 @@ class BrokerMetrics:
             ControllerCollector(self._get("kafka_controller"), self._embedded_controller,
                                 self._get("replica_manager")),
             SocketServerCollector(self._get("socket_server")),
-            GroupLagCollector(self._get("group_coordinator"), self._get("replica_manager")),
+            GroupLagCollector(self._get("group_coordinator"), self._get("replica_manager"),
+                              self.remote_high_watermarks),
         ]
         self.registry = CollectorRegistry(auto_describe=False)
         for collector in self.collectors:

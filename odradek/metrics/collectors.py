@@ -374,15 +374,20 @@ class SocketServerCollector(SafeCollector):
 class GroupLagCollector(SafeCollector):
     """Each consumer group's committed offsets and lag, from the group coordinator
     itself, named as kafka-exporter names them. A group is exported by the broker that
-    coordinates it; a partition's lag (its high watermark less the committed offset, as
-    `odradek groups describe` computes it) when this broker holds a replica of the
-    partition (a follower's high watermark trails the leader's by a fetch)."""
+    coordinates it; a partition's lag is its high watermark less the committed offset, as
+    `odradek groups describe` computes it, with the high watermark of the replica here
+    (a follower's trails the leader's by a fetch) or else the one in `remote_high_watermarks`
+    (the console's history sampler asks the leaders for them every few seconds); neither:
+    no lag sample for that partition."""
 
     name = "consumer groups"
 
-    def __init__(self, group_coordinator: Getter, replica_manager: Getter) -> None:
+    def __init__(self, group_coordinator: Getter, replica_manager: Getter,
+                 remote_high_watermarks: dict[tuple[str, int], int] | None = None) -> None:
         self.group_coordinator = group_coordinator
         self.replica_manager = replica_manager
+        self.remote_high_watermarks = {} if remote_high_watermarks is None else (
+            remote_high_watermarks)
 
     def metrics(self) -> Iterator[Metric | None]:
         coordinator = self.group_coordinator()
@@ -400,6 +405,7 @@ class GroupLagCollector(SafeCollector):
                      "The partition's high watermark less the group's committed offset")
         lag_sum = _gauge("kafka_consumergroup_lag_sum", "The group's lag on the topic")
         partitions = rm.partitions
+        remote = self.remote_high_watermarks
         walked = 0  # groups and partitions since the last yield point
         for group in groups:
             walked += 1
@@ -419,9 +425,13 @@ class GroupLagCollector(SafeCollector):
                 current.add_sample(current.name, labels, committed.offset)
                 offset_sums[topic] = offset_sums.get(topic, 0) + committed.offset
                 partition = partitions.get((topic, index))
-                if partition is None:
-                    continue  # not here: another broker's to tell
-                value = partition.high_watermark - committed.offset
+                if partition is not None:
+                    high_watermark = partition.high_watermark
+                else:
+                    high_watermark = remote.get((topic, index))
+                    if high_watermark is None:
+                        continue  # not here, and not asked of its leader
+                value = high_watermark - committed.offset
                 lag.add_sample(lag.name, labels, value)
                 lag_sums[topic] = lag_sums.get(topic, 0) + value
             for topic, value in offset_sums.items():
