@@ -6,7 +6,8 @@ const POLL_MS = 5000;
 const PALETTE = ['#2f6fde', '#e0582b', '#1f9d6b', '#9b51e0', '#d4a017', '#0e9aa7', '#d6336c',
   '#6b7f99', '#7cb342', '#8d6e63'];
 
-const state = { cluster: null, view: null };
+// auth: HTTP Basic credentials for writes, asked for after a 401 (brokers with an authorizer).
+const state = { cluster: null, view: null, auth: null, authNeeded: false };
 
 // ---------- small helpers ----------
 
@@ -40,7 +41,10 @@ function fmtBytes(n) {
   return i === 0 ? `${Math.round(n)} B` : `${n.toFixed(n < 10 ? 2 : 1)} ${units[i]}`;
 }
 const fmtCount = (n) => (n == null ? '–' : n.toLocaleString('en-US'));
-const fmtRate = (unit) => (v) => (v == null ? '–' : `${v < 10 ? +v.toFixed(2) : Math.round(v)} ${unit}`);
+// 0.25, 12, 4.5k, 1.2M (charts: short axis labels)
+const fmtShort = (v) => (Math.abs(v) >= 1e6 ? `${+(v / 1e6).toFixed(1)}M` : Math.abs(v) >= 1e4 ? `${+(v / 1e3).toFixed(1)}k`
+  : `${v < 10 ? +v.toFixed(2) : Math.round(v)}`);
+const fmtRate = (unit) => (v) => (v == null ? '–' : `${fmtShort(v)} ${unit}`);
 const fmtBps = (v) => (v == null ? '–' : `${fmtBytes(v)}/s`);
 const fmtMs = (v) => (v == null ? '–' : `${v < 10 ? +v.toFixed(2) : Math.round(v)} ms`);
 
@@ -55,7 +59,8 @@ function isoLocal(ms) {
 }
 
 const badge = (text, kind = '', title = null) => h('span', { class: `badge ${kind}`, title }, text);
-const num = (v, cls = '') => h('td', { class: `num ${cls}` }, v == null ? '–' : v);
+// A numeric cell; raw (when the text is formatted) goes to data-value for scripts and tests.
+const num = (v, cls = '', raw = null) => h('td', { class: `num ${cls}`, 'data-value': raw }, v == null ? '–' : v);
 const link = (href, text) => h('a', { href }, text);
 
 function table(id, headers) {
@@ -88,7 +93,8 @@ class ApiError extends Error {
 async function api(path, body) {
   const init = body === undefined ? { headers: { Accept: 'application/json' } } : {
     method: 'POST',
-    headers: { 'Content-Type': 'application/json', 'X-Odradek-Console': '1' },
+    headers: { 'Content-Type': 'application/json', 'X-Odradek-Console': '1',
+      ...(state.auth ? { Authorization: `Basic ${state.auth}` } : {}) },
     body: JSON.stringify(body),
   };
   let res;
@@ -126,9 +132,13 @@ const writeEnabled = () => !!(state.cluster && state.cluster.console && state.cl
 
 // ---------- charts (uPlot) ----------
 
+// Axis steps for byte rates in binary units (1, 2, 5, 10, 25, ... x 1024^k), so labels are round.
+const BYTE_INCRS = [0, 1, 2, 3, 4].flatMap((k) => [1, 2, 5, 10, 25, 50, 100, 250, 500].map((m) => m * 1024 ** k));
+
 // A chart container (.chart[data-chart=key]) whose series can change between updates.
 // After each draw, data-points holds the number of non-null y values over all series.
-function makeChart(view, key, title, fmt, hint) {
+
+function makeChart(view, key, title, fmt, hint, incrs) {
   const plotEl = h('div', { class: 'plot' });
   const emptyEl = h('div', { class: 'chart-empty' }, 'No samples yet');
   const box = h('div', { class: 'chart', 'data-chart': key },
@@ -158,13 +168,19 @@ function makeChart(view, key, title, fmt, hint) {
             points: { show: false },
             value: (u, v) => fmt(v),
           }))],
-          axes: [{}, { size: 78, values: (u, vals) => vals.map(fmt) }],
+          // Axis width follows its longest label (about 7 px a character at 12 px).
+          axes: [{}, { incrs, values: (u, vals) => vals.map(fmt),
+            size: (u, vals) => 24 + 7 * Math.max(4, ...(vals || []).map((v) => String(v).length)) }],
           // Rates and lags are never negative: anchor the y axis at 0.
           scales: { y: { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] } },
           cursor: { drag: { x: true, y: false } },
         }, data, plotEl);
       } else {
-        plot.setData(data);
+        // While the user is zoomed in (drag), keep that window; double-click zooms out again.
+        const x = plot.scales.x;
+        const old = plot.data[0];
+        const zoomed = old.length > 1 && (x.min > old[0] || x.max < old[old.length - 1]);
+        plot.setData(data, !zoomed);
       }
       const points = series.reduce((n, s) => n + s.data.filter((v) => v != null).length, 0);
       box.dataset.points = String(points);
@@ -268,10 +284,41 @@ function overviewView(main, view) {
   const stats = h('div', { class: 'stats' });
   const brokers = table('brokers-table', ['#ID', 'Host:port', 'Rack', 'Role']);
   const grid = h('div', { class: 'charts' });
-  const bytes = makeChart(view, 'bytes', 'Bytes in / out', fmtBps);
+  const bytes = makeChart(view, 'bytes', 'Bytes in / out', fmtBps, null, BYTE_INCRS);
   const msgs = makeChart(view, 'messages', 'Messages in', fmtRate('msg/s'));
   const reqs = makeChart(view, 'requests', 'Requests per API', fmtRate('req/s'), 'click a legend entry to hide or show it');
-  const lat = makeChart(view, 'latency', 'Request latency p50 (dashed) / p99', fmtMs, 'Produce and Fetch shown; click others in the legend');
+  const lat = makeChart(view, 'latency', 'Request latency p50 (dashed) / p99', fmtMs);
+  // Latency of every API in one chart gives an unreadable legend: pick APIs with checkboxes.
+  const picker = h('div', { class: 'api-picker', id: 'latency-apis' });
+  lat.box.insertBefore(picker, lat.box.children[1]);
+  const chosen = new Set();
+  const known = new Set();
+  let lastHist = null;
+  picker.addEventListener('change', (ev) => {
+    if (ev.target.checked) chosen.add(ev.target.value);
+    else chosen.delete(ev.target.value);
+    if (lastHist) drawLatency(lastHist);
+  });
+  // Produce and Fetch (or FetchConsumer/FetchFollower) first, the rest alphabetically.
+  const rank = (x) => (x === 'Produce' ? 0 : x.startsWith('Fetch') ? 1 : 2);
+  const apiNames = (hist) => Object.keys({ ...hist.requests, ...hist.latency_ms })
+    .sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+  const color = (apis, name) => PALETTE[apis.indexOf(name) % PALETTE.length]; // same colour in both charts
+  function drawLatency(hist) {
+    const latency = hist.latency_ms || {};
+    const apis = apiNames(hist);
+    const withLatency = apis.filter((a) => latency[a]);
+    withLatency.filter((a) => !known.has(a)).forEach((a) => { known.add(a); if (rank(a) < 2) chosen.add(a); });
+    if (picker.dataset.apis !== withLatency.join()) { // rebuild only when the API list changes
+      picker.dataset.apis = withLatency.join();
+      fill(picker, withLatency.map((a) => h('label', { class: 'chip' },
+        h('input', { type: 'checkbox', value: a, checked: chosen.has(a) }),
+        h('i', { style: `background:${color(apis, a)}` }), a)));
+    }
+    lat.update(hist.t, withLatency.filter((a) => chosen.has(a)).flatMap((a) => ['p50', 'p99'].map((q) => ({
+      label: `${a} ${q}`, data: latency[a][q], color: color(apis, a), dash: q === 'p50' ? [5, 4] : undefined,
+    }))));
+  }
   grid.append(bytes.box, msgs.box, reqs.box, lat.box);
   main.append(h('div', { id: 'overview' },
     h('h1', {}, 'Cluster overview'), stats,
@@ -281,9 +328,8 @@ function overviewView(main, view) {
   view.refresh = async () => {
     const [hist] = await view.get('?api/history');
     const requests = hist.requests || {};
-    const latency = hist.latency_ms || {};
     const c = state.cluster;
-    fill(stats, 
+    fill(stats,
       statCard('Brokers', c.brokers.length), statCard('Topics', c.topics),
       statCard('Partitions', c.partitions), statCard('Consumer groups', c.groups),
       statCard('Under-replicated', c.under_replicated, true, 'warn'),
@@ -297,18 +343,11 @@ function overviewView(main, view) {
       `Broker ${c.broker_id}, one sample every ${c.console.history_interval_s} s. Drag on a chart to zoom, double-click to reset.`;
     bytes.update(hist.t, [{ label: 'In', data: hist.bytes_in }, { label: 'Out', data: hist.bytes_out }]);
     msgs.update(hist.t, [{ label: 'Messages in', data: hist.messages_in }]);
-    // Produce and Fetch first, the rest alphabetically; keeps colours stable between polls.
-    const apis = Object.keys({ ...requests, ...latency }).sort((a, b) => {
-      const rank = (x) => (x === 'Produce' ? 0 : x === 'Fetch' ? 1 : 2);
-      return rank(a) - rank(b) || a.localeCompare(b);
-    });
-    const color = (name) => PALETTE[apis.indexOf(name) % PALETTE.length];
+    const apis = apiNames(hist);
     reqs.update(hist.t, apis.filter((a) => requests[a])
-      .map((a) => ({ label: a, data: requests[a], color: color(a) })));
-    lat.update(hist.t, apis.filter((a) => latency[a]).flatMap((a) => ['p50', 'p99'].map((q) => ({
-      label: `${a} ${q}`, data: latency[a][q], color: color(a),
-      dash: q === 'p50' ? [5, 4] : undefined, show: a === 'Produce' || a === 'Fetch',
-    }))));
+      .map((a) => ({ label: a, data: requests[a], color: color(apis, a) })));
+    lastHist = hist;
+    drawLatency(hist);
   };
 }
 
@@ -318,6 +357,9 @@ function overviewView(main, view) {
 // submit(values) may throw an ApiError; its code and message are shown in the dialog.
 function formDialog(title, fields, submit) {
   const err = h('p', { class: 'form-error', role: 'alert', hidden: true });
+  const needAuth = () => state.authNeeded;
+  fields = [...fields, { name: '_user', label: 'User (SCRAM)', showIf: needAuth, autocomplete: 'username' },
+    { name: '_password', label: 'Password', type: 'password', showIf: needAuth, autocomplete: 'current-password' }];
   const rows = fields.map((f) => {
     let input;
     if (f.options) {
@@ -327,7 +369,7 @@ function formDialog(title, fields, submit) {
       input = h('textarea', { name: f.name, rows: 4, placeholder: f.placeholder });
     } else {
       input = h('input', { name: f.name, type: f.type || 'text', value: f.value, placeholder: f.placeholder,
-        required: f.required, min: f.min, step: f.type === 'datetime-local' ? 1 : null });
+        required: f.required, min: f.min, step: f.type === 'datetime-local' ? 1 : null, autocomplete: f.autocomplete || 'off' });
     }
     return { f, el: h('label', { class: 'field' }, h('span', {}, f.label), input, f.hint ? h('small', {}, f.hint) : null) };
   });
@@ -345,11 +387,20 @@ function formDialog(title, fields, submit) {
     const button = form.querySelector('button[type=submit]');
     button.disabled = true;
     try {
-      const msg = await submit(values());
+      const v = values();
+      if (state.authNeeded && v._user) {
+        const bytes = new TextEncoder().encode(`${v._user}:${v._password}`);
+        state.auth = btoa(String.fromCharCode(...bytes));
+      }
+      const msg = await submit(v);
       dlg.close();
       notice(msg);
       tick();
     } catch (e) {
+      if (e.status === 401) { // the broker wants a user: show the credential fields
+        state.authNeeded = true;
+        sync();
+      }
       err.replaceChildren(h('b', {}, e.code || 'ERROR'), ' ', e.message);
       err.hidden = false;
     } finally {
@@ -451,7 +502,7 @@ function topicsView(main, view) {
     counter.textContent = `${shown.length} of ${topics.length} topics`;
     setRows(tbl, shown.map((t) => h('tr', { 'data-topic': t.name, class: t.offline ? 'row-danger' : t.under_replicated ? 'row-warn' : null },
       h('td', {}, link(topicHref(t.name), t.name), t.internal ? [' ', badge('internal')] : null),
-      num(t.partitions), num(t.replication_factor), num(fmtBytes(t.size_bytes)), num(fmtCount(t.messages)),
+      num(t.partitions), num(t.replication_factor), num(fmtBytes(t.size_bytes), '', t.size_bytes), num(fmtCount(t.messages), '', t.messages),
       h('td', {}, healthBadges(t)))), topics.length ? 'No topic matches the filter.' : 'No topics yet.');
   };
   filter.addEventListener('input', render);
@@ -478,7 +529,7 @@ function topicView(main, view, name) {
   const parts = table('topic-partitions', ['#Partition', '#Leader', 'Replicas', 'ISR', '#Log start', '#High watermark', '#Messages', '#Size', '#Segments']);
   const configs = table('topic-configs', ['Name', 'Value', 'Source']);
   const grid = h('div', { class: 'charts' });
-  const bytes = makeChart(view, 'bytes', 'Bytes in / out', fmtBps);
+  const bytes = makeChart(view, 'bytes', 'Bytes in / out', fmtBps, null, BYTE_INCRS);
   const msgs = makeChart(view, 'messages', 'Messages in', fmtRate('msg/s'));
   grid.append(bytes.box, msgs.box);
   const mb = messageBrowser(name);
@@ -515,10 +566,13 @@ function topicView(main, view, name) {
       h('td', { class: 'mono' }, replicaList(p.replicas, p.offline_replicas, 'offline replica')),
       h('td', { class: 'mono' }, replicaList(p.isr, []),
         replicaList(p.replicas.filter((r) => !p.isr.includes(r)), p.replicas, 'out of sync')),
-      num(p.log_start_offset), num(p.high_watermark), num(fmtCount(p.high_watermark - p.log_start_offset)),
-      num(fmtBytes(p.size_bytes)), num(p.segments))));
-    setRows(configs, t.configs.map((c) => {
-      const nonDefault = c.source !== 'DEFAULT_CONFIG';
+      num(p.log_start_offset), num(p.high_watermark), num(fmtCount(p.high_watermark - p.log_start_offset), '', p.high_watermark - p.log_start_offset),
+      num(fmtBytes(p.size_bytes), '', p.size_bytes), num(p.segments))));
+    // Non-default configs first: they are the ones people look for.
+    const isDefault = (c) => c.source === 'DEFAULT_CONFIG';
+    const sorted = [...t.configs].sort((a, b) => isDefault(a) - isDefault(b) || a.name.localeCompare(b.name));
+    setRows(configs, sorted.map((c) => {
+      const nonDefault = !isDefault(c);
       return h('tr', { 'data-config': c.name, class: nonDefault ? 'nondefault' : null },
         h('td', { class: 'mono' }, c.name, c.read_only ? [' ', badge('read-only')] : null),
         h('td', { class: 'mono value' }, c.sensitive ? '******' : c.value ?? '–'),
@@ -546,8 +600,42 @@ function fromBase64(s) {
   return bytes;
 }
 
+// Re-indents JSON text token by token, keeping number literals as they are
+// (JSON.parse + stringify would round integers above 2^53, e.g. 64-bit ids).
+function prettyJson(text) {
+  JSON.parse(text); // throws when it is not JSON
+  let out = '';
+  let depth = 0;
+  const nl = () => `\n${'  '.repeat(depth)}`;
+  for (let i = 0; i < text.length; i++) {
+    const ch = text[i];
+    if (ch === '"') { // copy a whole string, escapes included
+      let j = i + 1;
+      while (text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
+      out += text.slice(i, j + 1);
+      i = j;
+    } else if (ch === '{' || ch === '[') {
+      const close = ch === '{' ? '}' : ']';
+      const rest = text.slice(i + 1).trimStart();
+      if (rest[0] === close) { // keep {} and [] on one line
+        out += ch + close;
+        i = text.length - rest.length;
+      } else {
+        depth++;
+        out += ch + nl();
+      }
+    } else if (ch === '}' || ch === ']') {
+      depth--;
+      out += nl() + ch;
+    } else if (ch === ',') out += `,${nl()}`;
+    else if (ch === ':') out += ': ';
+    else if (!/\s/.test(ch)) out += ch;
+  }
+  return out;
+}
+
 // Decodes a base64 payload for display: {text, binary (not valid UTF-8), none (null)}.
-function decode(b64, format, pretty = true) {
+function decode(b64, format) {
   if (b64 == null) return { text: 'null', none: true };
   const bytes = fromBase64(b64);
   if (format === 'hex') {
@@ -561,7 +649,7 @@ function decode(b64, format, pretty = true) {
   }
   if (CONTROL.test(text)) return { text: printable(text), binary: true };
   if (format === 'json') {
-    try { text = JSON.stringify(JSON.parse(text), null, pretty ? 2 : 0); } catch { /* not JSON: as text */ }
+    try { text = prettyJson(text); } catch { /* not JSON: as text */ }
   }
   return { text };
 }
@@ -618,7 +706,7 @@ function messageBrowser(topicName) {
       h('td', { class: 'payload key' }, payload(r.key, f, toHex)),
       h('td', { class: 'payload' }, payload(r.value, f, toHex)),
       h('td', { class: 'payload headers' }, r.headers.map((hd) => h('div', {},
-        h('span', { class: 'hkey' }, `${hd.key}:\u00a0`), payload(hd.value, f, toHex)))))), 'No records match.');
+        h('span', { class: 'hkey' }, `${hd.key}:\u00a0`), payload(hd.value, f === 'json' ? 'text' : f, toHex)))))), 'No records match.');
   }
   async function load(ev) {
     ev.preventDefault();
@@ -662,7 +750,8 @@ function messageBrowser(topicName) {
 // ---------- consumer groups ----------
 
 const stateBadge = (s) => badge(s, { Stable: 'good', Empty: '', Dead: 'danger' }[s] ?? 'warn');
-const lagCell = (lag) => h('td', { class: `num lag${lag > 0 ? ' hot' : ''}`, 'data-value': lag ?? '' }, lag == null ? '–' : fmtCount(lag));
+// Lag as plain digits (no grouping) so the cell text is the number itself.
+const lagCell = (lag) => h('td', { class: `num lag${lag > 0 ? ' hot' : ''}`, 'data-value': lag ?? '' }, lag ?? '–');
 
 function groupsView(main, view) {
   const tbl = table('groups-table', ['Group', 'State', '#Members', '#Coordinator', '#Lag', 'Topics']);
@@ -682,7 +771,7 @@ function groupView(main, view, id) {
   const lagTotal = h('span', { id: 'group-lag', class: 'big' }, '–');
   const members = table('group-members', ['Member', 'Client id', 'Instance id', 'Host', 'Assignment']);
   const offsets = table('group-offsets', ['Topic', '#Partition', '#Committed', '#High watermark', '#Lag', 'Member']);
-  const chart = makeChart(view, 'lag', 'Total lag', (v) => (v == null ? '–' : fmtCount(Math.round(v))));
+  const chart = makeChart(view, 'lag', 'Total lag', (v) => (v == null ? '–' : fmtShort(Math.round(v))));
   const chartNote = h('p', { class: 'muted', hidden: true }, 'Lag history is sampled by the group coordinator; open the console of that broker to see it.');
   const actions = h('div', { class: 'actions' });
   main.append(h('div', { id: 'group', 'data-group': id },
@@ -704,7 +793,7 @@ function groupView(main, view, id) {
     fill(head, stateBadge(g.state), h('span', {}, `${g.protocol_type || 'no protocol type'}${g.protocol ? ` / ${g.protocol}` : ''}`),
       h('span', {}, `coordinator ${g.coordinator}`), h('span', {}, `${g.members.length} members`),
       writeEnabled() && g.state !== 'Empty' ? h('span', { class: 'muted' }, 'Offsets can be reset only while the group is Empty.') : null);
-    lagTotal.textContent = g.lag == null ? '–' : fmtCount(g.lag);
+    lagTotal.textContent = g.lag ?? '–';
     lagTotal.className = `big${g.lag > 0 ? ' hot' : g.lag == null ? ' unknown' : ''}`;
     lagTotal.dataset.value = g.lag ?? '';
     setRows(members, g.members.map((m) => h('tr', { 'data-member': m.member_id },
