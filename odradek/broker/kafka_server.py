@@ -398,17 +398,22 @@ class KafkaServer:
         super_users = parse_super_users(config.get("super.users") or "")
         # Brokers send each other LeaderAndIsr, Fetch, AddPartitionsToTxn... which need
         # CLUSTER_ACTION: the principal they connect as must be a super user, as in Kafka.
-        security = self.inter_broker_security
+        # So do the web console's requests (odradek/console), on a single node too.
+        console = bool(config.http_listeners) and config.get("http.console.enabled")
+        security = (self.inter_broker_security if zk_store is not None
+                    else inter_broker_security(config) if console else None)
         broker: KafkaPrincipal | None = None  # over SSL alone: its certificate's name
-        if zk_store is not None and security is None:
+        if (zk_store is not None or console) and security is None:
             broker = ANONYMOUS
-        elif zk_store is not None and security is not None and security.sasl_mechanism:
+        elif security is not None and security.sasl_mechanism:
             broker = KafkaPrincipal.user(security.username or "")
         if broker is not None and broker not in super_users:
+            who = ("brokers connect to each other as" if zk_store is not None else
+                   "the web console's requests use (or set http.console.enabled=false)")
             raise InvalidConfigError(
-                f"with an authorizer in a cluster, super.users must hold {broker}: the "
-                "principal brokers connect to each other as on the inter-broker listener "
-                f"{config.inter_broker_listener_name}", key="super.users")
+                f"with an authorizer, super.users must hold {broker}: the principal {who} "
+                f"on the inter-broker listener {config.inter_broker_listener_name}",
+                key="super.users")
         authorizer = AclAuthorizer(
             super_users=super_users,
             allow_everyone_if_no_acl_found=config.get("allow.everyone.if.no.acl.found"))

@@ -61,7 +61,11 @@ _STATUS = {"UNKNOWN_TOPIC_OR_PARTITION": 404, "GROUP_ID_NOT_FOUND": 404,
            "CLUSTER_AUTHORIZATION_FAILED": 403, "CONSOLE_READ_ONLY": 403,
            "SASL_AUTHENTICATION_FAILED": 401, "INVALID_REQUEST": 400,
            "TOPIC_ALREADY_EXISTS": 409, "NON_EMPTY_GROUP": 409,
-           "UNKNOWN_MEMBER_ID": 409, "REBALANCE_IN_PROGRESS": 409}
+           "UNKNOWN_MEMBER_ID": 409, "REBALANCE_IN_PROGRESS": 409,
+           # what the request asked for is refused by the broker: the asker's error
+           "INVALID_TOPIC_EXCEPTION": 400, "INVALID_PARTITIONS": 400,
+           "INVALID_REPLICATION_FACTOR": 400, "INVALID_REPLICA_ASSIGNMENT": 400,
+           "INVALID_CONFIG": 400, "POLICY_VIOLATION": 400, "OFFSET_OUT_OF_RANGE": 400}
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
@@ -159,7 +163,9 @@ class Console:
             u, o, m = self._partition_health(metadata)
             under, offline, under_min = under + u, offline + o, under_min + m
             partitions += len(metadata.partitions)
-        coordinator = self.server.group_coordinator
+        # Every broker's groups (ListGroups), as /api/groups lists them: not only those
+        # this broker coordinates.
+        groups = await self.client.list_groups()
         brokers = []
         for broker_id in sorted(cache.brokers):
             broker = cache.brokers[broker_id]
@@ -173,8 +179,7 @@ class Console:
             "mode": "zookeeper" if self.server.zk_store is not None else "single node",
             "brokers": brokers, "topics": len(cache.topics), "partitions": partitions,
             "under_replicated": under, "offline": offline, "under_min_isr": under_min,
-            "groups": (len([g for g in list(coordinator.manager.groups.values())
-                            if str(g.state) != "Dead"]) if coordinator is not None else None),
+            "groups": len([g for g in groups if g["state"] != "Dead"]),
             "console": {"write_enabled": self.write_enabled,
                         "history_interval_s": self.history.interval_s}})
 
@@ -246,7 +251,8 @@ class Console:
         name = request.match_info["name"]
         metadata = self._topic_metadata(name)
         mode = request.query.get("mode", "newest")
-        limit = max(1, min(MAX_RECORDS, _int(request, "limit", 50) or 50))
+        asked = _int(request, "limit")
+        limit = max(1, min(MAX_RECORDS, 50 if asked is None else asked))
         partition = _int(request, "partition")
         indexes = sorted(metadata.partitions) if partition is None else [partition]
         if partition is not None and partition not in metadata.partitions:
@@ -422,7 +428,11 @@ class Console:
         except (TypeError, ValueError):
             raise ConsoleError("INVALID_REQUEST",
                                "partitions and offsets must be integers") from None
-        self._topic_metadata(name)
+        metadata = self._topic_metadata(name)
+        unknown = sorted(set(before) - set(metadata.partitions))
+        if unknown:
+            raise ConsoleError("UNKNOWN_TOPIC_OR_PARTITION",
+                               f"{name} has no partition {unknown[0]}")
         if -1 in before.values():
             ends = await self.client.list_offsets([(name, p) for p in before], LATEST)
             before = {p: ends.get((name, p), o) if o == -1 else o for p, o in before.items()}
