@@ -32,6 +32,7 @@ from odradek.cli import (
     produce,
     quotas,
     records,
+    registry,
     serve,
     topics,
     transactions,
@@ -128,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     acls.register(commands)
     users.register(commands)
     quotas.register(commands)
+    registry.register(commands)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""The schema registry: Confluent's REST API over the _schemas topic."""
