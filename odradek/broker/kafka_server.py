@@ -25,7 +25,7 @@ import signal
 import socket
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from odradek.broker.admin import AdminManager
 from odradek.broker.alter_partition_manager import AlterPartitionManager
@@ -77,7 +77,7 @@ from odradek.server.channel_builder import (
     listener_ssl_values,
     prepare_tls_reload,
 )
-from odradek.server.config import BrokerConfig
+from odradek.server.config import BrokerConfig, HttpListener
 from odradek.server.connection_quotas import ConnectionLimits, ConnectionQuotas
 from odradek.server.http_server import HttpServer
 from odradek.server.network import BoundListener, SocketServer
@@ -87,6 +87,9 @@ from odradek.storage.config import LogConfig
 from odradek.storage.errors import InvalidConfigError, StorageError
 from odradek.storage.log_dir import LogDir, lock_log_dir
 from odradek.storage.log_manager import LogManager
+
+if TYPE_CHECKING:
+    from odradek.registry.server import RegistryServer
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +125,7 @@ class KafkaServer:
         self.bound: list[BoundListener] = []
         self.http_server: HttpServer | None = None  # http.listeners: health and metrics
         self.console: Console | None = None  # the web console on the HTTP listener
+        self.registry: RegistryServer | None = None  # registry.listeners
         self.auth: AuthHelper = ALLOW_ALL
         self.stopping = False  # from the start of shutdown: /health/ready says not ready
         self._stop = asyncio.Event()
@@ -313,8 +317,31 @@ class KafkaServer:
                 self.metrics.exposition_async, name=f"Odradek broker {config.node_id}",
                 routes=self.console.add_routes if self.console is not None else None)
             await self.http_server.start()
+        if config.registry_listener is not None:
+            await self._start_registry(config.registry_listener)
         log.info("broker %d started (cluster %s), data in %s", config.node_id,
                  store.cluster_id, ", ".join(str(d) for d in config.log_dirs))
+
+    async def _start_registry(self, listener: HttpListener) -> None:
+        """registry.listeners: a schema registry in this process (odradek/registry), a
+        client of this broker's first PLAINTEXT listener, as `odradek registry` would be.
+        It reads _schemas in a thread while the broker serves; a registry that cannot
+        start is logged, and the broker goes on."""
+        from odradek.registry.server import RegistryServer  # only when asked for
+
+        plaintext = {li.name for li in self.config.listeners
+                     if li.security_protocol == "PLAINTEXT"}  # one at least: checked
+        host, port = next(endpoint for name, endpoint in self._advertised_endpoints().items()
+                          if name in plaintext)
+        self.registry = RegistryServer(
+            {"bootstrap.servers": f"{host}:{port}", "client.id": "odradek-registry",
+             "log_level": 3}, str(listener), replication_factor=1)
+        try:
+            await self.registry.start()
+        except Exception as e:
+            log.error("the schema registry at %s did not start: %s", listener, e)
+            await self.registry.stop()
+            self.registry = None
 
     async def _controlled_shutdown(self) -> None:
         """Asks the controller to move this broker's leaderships away and take it out of
@@ -566,6 +593,8 @@ class KafkaServer:
             await self.socket_server.stop()
         if self.http_server is not None:
             await self.http_server.stop()
+        if self.registry is not None:
+            await self.registry.stop()
         if self.console is not None:
             await self.console.close()
         if self._config_watch is not None:

@@ -307,6 +307,11 @@ _HAND_KEYS: list[BrokerKey] = [
            "Odradek's: whether the console may create topics, delete records and reset a "
            "group's offsets. With an authorizer each write needs a SCRAM user's name and "
            "password (HTTP Basic) and the ACLs the Kafka request would need."),
+        _K("registry.listeners", _T.STRING, "",
+           "Odradek's: an http://host:port where the broker's process also runs a schema "
+           "registry with Confluent's REST API (docs/registry.md), a client of this broker's "
+           "PLAINTEXT listener storing schemas in _schemas. Empty: none; scripts/start sets "
+           "http://localhost:8081. A cluster runs `odradek registry` beside it instead."),
         _K("http.console.history.interval.ms", _T.INT, 5000,
            "Odradek's: how often the console's charts sample the broker's counters; an "
            "hour of samples is kept.", Range(100)),
@@ -1012,10 +1017,11 @@ _HTTP_LISTENER = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://"
                             r":(?P<port>[+-]?\d+)/?")
 
 
-def parse_http_listeners(raw: str) -> tuple[HttpListener, ...]:
-    """http.listeners: comma-separated http://host:port entries; empty for none. Raises
-    InvalidConfigError saying which entry is wrong and why."""
-    key = "http.listeners"
+def parse_http_listeners(raw: str, key: str = "http.listeners"
+                         ) -> tuple[HttpListener, ...]:
+    """http.listeners (or `key`, of the same form): comma-separated http://host:port
+    entries; empty for none. Raises InvalidConfigError saying which entry is wrong and
+    why."""
     listeners: list[HttpListener] = []
     for entry in filter(None, (e.strip() for e in raw.split(","))):
         match = _HTTP_LISTENER.fullmatch(entry)
@@ -1220,6 +1226,12 @@ class BrokerConfig:
         """http.listeners, parsed (checked when this configuration was built)."""
         return parse_http_listeners(self._values["http.listeners"])
 
+    @property
+    def registry_listener(self) -> HttpListener | None:
+        """registry.listeners, parsed (checked when this configuration was built)."""
+        found = parse_http_listeners(self._values["registry.listeners"], "registry.listeners")
+        return found[0] if found else None
+
     def get(self, name: str) -> Any:
         """The typed value in force of any setting by Kafka name (None when unset), through
         its synonyms: get("log.retention.ms") is 604800000 when only the default of
@@ -1373,6 +1385,18 @@ class BrokerConfig:
             if http.port in kafka_ports:
                 raise _invalid("http.listeners", values["http.listeners"], f"port {http.port} "
                                "is a Kafka listener's (listeners)")
+        registry = parse_http_listeners(values["registry.listeners"], "registry.listeners")
+        if len(registry) > 1:
+            raise _invalid("registry.listeners", values["registry.listeners"],
+                           "one address at most")
+        if registry and not any(li.security_protocol == "PLAINTEXT" for li in listeners):
+            raise _invalid("registry.listeners", values["registry.listeners"], "the "
+                           "in-process registry connects to a PLAINTEXT listener; with "
+                           "none, run `odradek registry --command-config` beside the broker")
+        for r in registry:
+            if r.port and (r.port in kafka_ports or r.port in {h.port for h in http_listeners}):
+                raise _invalid("registry.listeners", values["registry.listeners"],
+                               f"port {r.port} is another listener's")
         own = synonyms["advertised.listeners"][0].name == "advertised.listeners"
         advertised = _advertised(values["advertised.listeners"], own, listeners, protocols)
         inter_broker = _inter_broker_listener(
