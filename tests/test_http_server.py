@@ -54,6 +54,23 @@ def test_http_listeners_setting() -> None:
         BrokerConfig.default().with_dynamic({"http.listeners": "http://localhost:1"})
 
 
+def test_registry_listeners_setting() -> None:
+    assert BrokerConfig.default().registry_listener is None
+    config = BrokerConfig.from_properties({"registry.listeners": "http://127.0.0.1:8081"})
+    assert config.registry_listener == HttpListener("127.0.0.1", 8081)
+    for value, why in (("http://a:1,http://b:2", "one address at most"),
+                       ("localhost:8081", "is not http://host:port"),
+                       ("http://localhost:9092", "another listener's")):
+        with pytest.raises(InvalidConfigError, match=why) as refused:
+            BrokerConfig.from_properties({"listeners": "PLAINTEXT://localhost:9092",
+                                          "registry.listeners": value})
+        assert "registry.listeners" in str(refused.value)
+    with pytest.raises(InvalidConfigError, match="connects to a PLAINTEXT listener"):
+        BrokerConfig.from_properties({
+            "listeners": "SSL://localhost:9093",
+            "ssl.keystore.location": "/nonexistent", "registry.listeners": "http://:8081"})
+
+
 # ---- readiness -----------------------------------------------------------------------------
 
 

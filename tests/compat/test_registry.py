@@ -228,3 +228,25 @@ def test_a_restarted_and_a_second_registry_rebuild_the_same_state(
                                  {"schema": avro_record("Fresh", ID)})
     ids = {v["id"] for v in before["latest"].values()}  # type: ignore[union-attr]
     assert status == 200 and body["id"] not in ids and body["id"] > max(ids)
+
+
+def test_a_registry_in_the_brokers_process(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """registry.listeners (scripts/start's http://localhost:8081): the broker's process
+    serves the registry too, and a restarted broker's registry has its schemas back."""
+    process = BrokerProcess(tmp_path_factory.mktemp("in-process"),
+                            {"registry.listeners": "http://127.0.0.1:0"}).start()
+    try:
+        def registry_url() -> str:
+            for line in reversed(process.log_text().splitlines()):  # the last start
+                if "schema registry listening on " in line:
+                    return line.rsplit(" ", 1)[1]
+            raise AssertionError(f"no registry in {process.log_text()}")
+        client = SchemaRegistryClient({"url": registry_url()})
+        schema_id = client.register_schema("in-process-value", Schema(V1, "AVRO"))
+        process.restart()
+        client = SchemaRegistryClient({"url": registry_url()})
+        assert client.get_schema(schema_id).schema_str == V1
+        assert client.get_latest_version("in-process-value").schema_id == schema_id
+    finally:
+        process.stop()
+    assert "Traceback" not in process.log_text()
