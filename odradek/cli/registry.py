@@ -25,6 +25,15 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     parser.add_argument("--replication-factor", type=int, default=3,
                         help="of the topic when it is created (at most the brokers there "
                         "are; default 3)")
+    parser.add_argument("--advertised-url", metavar="http://HOST:PORT",
+                        help="the URL other registries forward writes to this one at "
+                        "(default: --listen's, with this host's name for 0.0.0.0)")
+    parser.add_argument("--group-id", default="odradek-registry",
+                        help="the consumer group the registries of a cluster elect their "
+                        "primary in (default odradek-registry)")
+    parser.add_argument("--session-timeout-ms", type=int, default=10_000,
+                        help="how long a registry that stopped answering stays primary "
+                        "(default 10000)")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.set_defaults(run=run)
@@ -39,9 +48,11 @@ def run(args: argparse.Namespace) -> int:
     config = client_config(args, **{"client.id": "odradek-registry"})
     try:
         server = RegistryServer(config, args.listen, topic=args.topic,
-                                replication_factor=args.replication_factor)
+                                replication_factor=args.replication_factor,
+                                advertised_url=args.advertised_url, group=args.group_id,
+                                session_timeout_ms=args.session_timeout_ms)
     except ValueError as e:
-        print(f"odradek registry: --listen: {e}", file=sys.stderr)
+        print(f"odradek registry: {e}", file=sys.stderr)
         return 2
 
     async def serve() -> None:

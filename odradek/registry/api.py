@@ -14,8 +14,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
+from odradek.registry.election import PrimaryElection
 from odradek.registry.kafka_store import KafkaStore, StoreError
 from odradek.registry.schemas import (
     SCHEMA_TYPES,
@@ -40,6 +42,9 @@ from odradek.registry.state import (
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+FORWARDED = "X-Odradek-Forwarded"  # a write a secondary forwarded: never forwarded again
+FORWARD_TIMEOUT_S = 30.0
+ELECTION_WAIT_S = 15.0  # a write arriving during an election waits this long for it
 MAX_BODY = 16 * 1024 * 1024  # a schema request's body (Confluent's default is larger)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -65,14 +70,38 @@ def schema_not_found(what: str = "Schema not found") -> RegistryError:
     return RegistryError(404, 40403, what)
 
 
+def _unwrapped(handler: Handler) -> Any:
+    """The route's own handler under aiohttp's partial wrappers (middlewares)."""
+    while hasattr(handler, "func"):
+        handler = handler.func
+    return handler
+
+
+def _unwrapped_route(request: web.Request) -> Handler:
+    return request.match_info.handler
+
+
 def _answer(body: Any, status: int = 200) -> web.Response:
     return web.Response(status=status, text=json.dumps(body), content_type=CONTENT_TYPE)
 
 
 class RegistryApi:
-    def __init__(self, store: KafkaStore) -> None:
+    """The REST API over a KafkaStore. With an `election`, only the primary decides
+    writes: the others forward them to it (Confluent's leader forwarding) and answer what
+    it answered."""
+
+    def __init__(self, store: KafkaStore, election: PrimaryElection | None = None) -> None:
         self.store = store
+        self.election = election
         self._writes = asyncio.Lock()  # one write decided at a time
+        self._session: aiohttp.ClientSession | None = None
+        self._write_handlers = {self._register, self._delete_version, self._delete_subject,
+                                self._put_config, self._delete_config, self._put_mode,
+                                self._delete_mode}
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._errors], client_max_size=MAX_BODY)
@@ -109,6 +138,9 @@ class RegistryApi:
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
+            if (self.election is not None and not self.election.is_primary
+                    and _unwrapped(handler) in self._write_handlers):
+                return await self._forward(request)
             return await handler(request)
         except RegistryError as e:
             return _answer({"error_code": e.code, "message": e.message}, e.status)
@@ -124,10 +156,51 @@ class RegistryApi:
     def _read(self, reader: Callable[[RegistryState], Any]) -> Any:
         return self.store.read(reader)
 
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        """A write, sent on to the primary; its answer, answered. During an election (a
+        primary died or left), or while the primary found cannot be connected to (it died:
+        the group has not noticed yet), it waits up to ELECTION_WAIT_S for the next one;
+        a write the primary may have received is never sent twice."""
+        assert self.election is not None
+        if FORWARDED in request.headers:  # the primary it was sent to is no more
+            raise RegistryError(500, 50004, "This registry is not the primary; try again")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ELECTION_WAIT_S
+        body = await request.read()
+        headers = {"Content-Type": request.headers.get("Content-Type", CONTENT_TYPE),
+                   FORWARDED: "1"}
+        if "Authorization" in request.headers:
+            headers["Authorization"] = request.headers["Authorization"]
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S))
+        while True:
+            url = await asyncio.to_thread(self.election.primary_url)
+            if url == self.election.url:  # elected meanwhile: ours to decide
+                return await _unwrapped_route(request)(request)
+            if url is not None:
+                try:
+                    async with self._session.request(request.method, url + request.path_qs,
+                                                     data=body, headers=headers) as answer:
+                        return web.Response(status=answer.status, body=await answer.read(),
+                                            content_type=CONTENT_TYPE)
+                except aiohttp.ClientConnectorError:  # never sent: safe to try again
+                    self.election.forget_primary()
+                except (aiohttp.ClientError, TimeoutError) as e:
+                    raise RegistryError(500, 50003, f"Error while forwarding the request "
+                                                    f"to the primary at {url}: {e}") from None
+            if loop.time() >= deadline:
+                raise RegistryError(500, 50004, "No primary registry could be reached (an "
+                                                "election is under way); try again")
+            await asyncio.sleep(0.25)
+
     async def _write(self, decide: Callable[[RegistryState], list[tuple[bytes, bytes | None]]]
                      ) -> None:
         """Decides a write on the state caught up with the topic, then writes its records."""
         async with self._writes:
+            if self.election is not None and not self.election.is_primary:
+                raise RegistryError(500, 50004, "This registry is no longer the primary; "
+                                                "try again")
             await asyncio.to_thread(self.store.catch_up)
             records = self._read(decide)
             for key, value in records:

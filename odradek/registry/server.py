@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,11 +17,13 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from odradek.registry.api import RegistryApi
+from odradek.registry.election import DEFAULT_GROUP, PrimaryElection
 from odradek.registry.kafka_store import TOPIC, KafkaStore
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LISTEN = "http://localhost:8081"  # Confluent's listeners default port
+ELECTION_TIMEOUT_S = 30.0
 
 
 def parse_listen(address: str) -> tuple[str, int]:
@@ -33,29 +36,57 @@ def parse_listen(address: str) -> tuple[str, int]:
 
 class RegistryServer:
     def __init__(self, client_config: Mapping[str, Any], listen: str = DEFAULT_LISTEN, *,
-                 topic: str = TOPIC, replication_factor: int = 3) -> None:
+                 topic: str = TOPIC, replication_factor: int = 3,
+                 advertised_url: str | None = None, group: str = DEFAULT_GROUP,
+                 session_timeout_ms: int = 10_000) -> None:
         self.host, self.port = parse_listen(listen)
+        if advertised_url is not None:
+            parse_listen(advertised_url)  # checked now, not once listening
+        self.client_config = dict(client_config)
+        self.advertised_url = advertised_url
+        self.group = group
+        self.session_timeout_ms = session_timeout_ms
         self.store = KafkaStore(client_config, topic=topic,
                                 replication_factor=replication_factor)
         self.bound: tuple[str, int] | None = None
+        self.election: PrimaryElection | None = None
+        self._api: RegistryApi | None = None
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> tuple[str, int]:
         """Reads the topic to its end, then listens; raises OSError or StoreError."""
         await asyncio.to_thread(self.store.start)
-        self._runner = web.AppRunner(RegistryApi(self.store).app(), access_log=None,
-                                     handle_signals=False)
+        sock = socket.create_server((self.host, self.port), reuse_port=False)
+        port = sock.getsockname()[1]
+        url = self.advertised_url or (
+            f"http://{self.host if self.host not in ('0.0.0.0', '::') else socket.getfqdn()}"
+            f":{port}")
+        # Elected among the registries of this cluster (election.py); writes that reach
+        # another are forwarded to the primary.
+        self.election = PrimaryElection(self.client_config, self.store.topic, url,
+                                        group=self.group,
+                                        session_timeout_ms=self.session_timeout_ms)
+        self._api = RegistryApi(self.store, self.election)
+        self._runner = web.AppRunner(self._api.app(), access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        server = site._server
-        port = server.sockets[0].getsockname()[1] if server and server.sockets else self.port
+        self.election.start()
+        # Serving once the first election is over (as Confluent's registry waits for its
+        # leader election): a write then finds its primary.
+        if not await asyncio.to_thread(self.election.changed.wait, ELECTION_TIMEOUT_S):
+            log.warning("registry: no election result within %g s; serving anyway",
+                        ELECTION_TIMEOUT_S)
+        await web.SockSite(self._runner, sock).start()
         self.bound = (self.host, port)
-        log.info("schema registry listening on http://%s:%d", self.host, port)
+        log.info("schema registry listening on http://%s:%d (advertised as %s)", self.host,
+                 port, url)
         return self.bound
 
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._api is not None:
+            await self._api.close()
+        if self.election is not None:
+            await asyncio.to_thread(self.election.close)
         await asyncio.to_thread(self.store.close)

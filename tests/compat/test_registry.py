@@ -6,6 +6,7 @@ started twice that rebuilds the same state from the _schemas topic."""
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +18,7 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSe
 from confluent_kafka.serialization import MessageField, SerializationContext
 from support.broker import BrokerProcess
 from support.registry import RegistryProcess
+from support.wait import wait_until
 
 
 def avro_record(name: str, *fields: dict[str, object]) -> str:
@@ -35,7 +37,8 @@ V2 = avro_record("Order", ID, ITEM, EMAIL_DEFAULT)
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     process = BrokerProcess(tmp_path_factory.mktemp("registry-broker"),
-                            {"auto.create.topics.enable": "true"}).start()
+                            {"auto.create.topics.enable": "true",
+                             "group.initial.rebalance.delay.ms": "0"}).start()
     yield process
     process.stop()
 
@@ -234,12 +237,13 @@ def test_a_registry_in_the_brokers_process(tmp_path_factory: pytest.TempPathFact
     """registry.listeners (scripts/start's http://localhost:8081): the broker's process
     serves the registry too, and a restarted broker's registry has its schemas back."""
     process = BrokerProcess(tmp_path_factory.mktemp("in-process"),
-                            {"registry.listeners": "http://127.0.0.1:0"}).start()
+                            {"registry.listeners": "http://127.0.0.1:0",
+                             "group.initial.rebalance.delay.ms": "0"}).start()
     try:
         def registry_url() -> str:
             for line in reversed(process.log_text().splitlines()):  # the last start
                 if "schema registry listening on " in line:
-                    return line.rsplit(" ", 1)[1]
+                    return line.split("listening on ", 1)[1].split()[0]
             raise AssertionError(f"no registry in {process.log_text()}")
         client = SchemaRegistryClient({"url": registry_url()})
         schema_id = client.register_schema("in-process-value", Schema(V1, "AVRO"))
@@ -250,3 +254,41 @@ def test_a_registry_in_the_brokers_process(tmp_path_factory: pytest.TempPathFact
     finally:
         process.stop()
     assert "Traceback" not in process.log_text()
+
+
+def test_writes_reach_the_primary_and_survive_its_death(broker: BrokerProcess) -> None:
+    """Two registries elect one primary through the group coordinator; a write sent to
+    the other is forwarded to it. The primary is killed (SIGKILL) while writes go on: the
+    survivor is elected, every registration acknowledged is there, and no id was given to
+    two different schemas."""
+    options = ("--group-id", "failover-registries", "--session-timeout-ms", "6000",
+               "--topic", "_schemas_failover")
+    first = RegistryProcess(broker.bootstrap, *options).start()
+    second = RegistryProcess(broker.bootstrap, *options).start()
+    try:
+        acknowledged: dict[str, int] = {}
+
+        def register(registry: RegistryProcess, n: int) -> None:
+            schema = avro_record(f"Event{n}", ID)
+            status, body = registry.call("POST", f"/subjects/failover-{n}/versions",
+                                         {"schema": schema})
+            if status == 200:
+                acknowledged[schema] = body["id"]
+        for n in range(10):  # through both: one of them forwards
+            register(first if n % 2 else second, n)
+        assert len(acknowledged) == 10
+        primary = wait_until(lambda: next((r for r in (first, second)
+                                           if "is now the primary" in r.log_text()), None),
+                             what="a primary")
+        survivor = second if primary is first else first
+        primary.stop(signal.SIGKILL)
+        for n in range(10, 20):  # during and after the election
+            register(survivor, n)
+        assert len(acknowledged) == 20, sorted(acknowledged.values())
+        for schema, schema_id in acknowledged.items():
+            assert survivor.call("GET", f"/schemas/ids/{schema_id}") == (
+                200, {"schema": schema})
+        assert len(set(acknowledged.values())) == 20  # twenty schemas, twenty ids
+    finally:
+        for registry in (first, second):
+            registry.stop(signal.SIGKILL)
