@@ -565,6 +565,10 @@ class KafkaServer:
         log.info("broker %d stopped", self.config.node_id)
 
     async def _shut_down(self) -> None:
+        if self.registry is not None:
+            # First, while the broker it is a client of still serves: it leaves its group
+            # and flushes its producer at once rather than waiting on a broker gone.
+            await self.registry.stop()
         if (self.kafka_controller is not None and self.socket_server is not None
                 and self.config.get("controlled.shutdown.enable")):
             await self._controlled_shutdown()
@@ -593,8 +597,6 @@ class KafkaServer:
             await self.socket_server.stop()
         if self.http_server is not None:
             await self.http_server.stop()
-        if self.registry is not None:
-            await self.registry.stop()
         if self.console is not None:
             await self.console.close()
         if self._config_watch is not None:
