@@ -292,3 +292,27 @@ def test_writes_reach_the_primary_and_survive_its_death(broker: BrokerProcess) -
     finally:
         for registry in (first, second):
             registry.stop(signal.SIGKILL)
+
+
+def test_schema_references(registry: RegistryProcess) -> None:
+    """An Avro schema that uses a type registered in another subject, by reference."""
+    address = json.dumps({"type": "record", "name": "Address", "namespace": "shop",
+                          "fields": [{"name": "city", "type": "string"}]})
+    assert registry.call("POST", "/subjects/address/versions", {"schema": address})[0] == 200
+    customer = avro_record("Customer", ID, {"name": "home", "type": "shop.Address"})
+    reference = [{"name": "shop.Address", "subject": "address", "version": 1}]
+    # Without the reference the type is unknown: invalid.
+    assert registry.call("POST", "/subjects/customer/versions",
+                         {"schema": customer})[1]["error_code"] == 42201
+    status, body = registry.call("POST", "/subjects/customer/versions",
+                                 {"schema": customer, "references": reference})
+    assert status == 200
+    assert registry.call("GET", "/subjects/customer/versions/1")[1]["references"] == reference
+    assert registry.call("GET", "/subjects/address/versions/1/referencedby") == (
+        200, [body["id"]])
+    # A referenced version cannot be deleted.
+    assert registry.call("DELETE", "/subjects/address/versions/1")[1]["error_code"] == 42206
+    # A reference to nothing registered: invalid.
+    assert registry.call("POST", "/subjects/customer/versions", {
+        "schema": customer, "references": [{**reference[0], "version": 9}]})[1][
+        "error_code"] == 42201
