@@ -278,12 +278,9 @@ class Console:
                                                   f" not {mode!r}")
         offsets = {p: o for p, o in offsets.items() if o < ends.get((name, p), 0)}
         records = await self.client.fetch(name, offsets, limit=limit) if offsets else []
-        if mode == "newest":
-            records.sort(key=lambda r: (r.timestamp, r.partition, r.offset))
-            records = records[-limit:]
-        else:  # the first `limit` from the position asked for
-            records.sort(key=lambda r: (r.timestamp, r.partition, r.offset))
-            records = records[:limit]
+        records.sort(key=lambda r: (r.timestamp, r.partition, r.offset))
+        # newest: the last `limit`; else the first `limit` from the position asked for
+        records = records[-limit:] if mode == "newest" else records[:limit]
         return _json({"records": [_record(r) for r in records],
                       "partitions": [{"partition": p, "log_start_offset": starts.get((name, p)),
                                       "high_watermark": ends.get((name, p))} for p in indexes]})
