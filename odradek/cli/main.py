@@ -33,6 +33,7 @@ from odradek.cli import (
     quotas,
     records,
     registry,
+    schemas,
     serve,
     topics,
     transactions,
@@ -130,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     users.register(commands)
     quotas.register(commands)
     registry.register(commands)
+    schemas.register(commands)
     return parser
 
 

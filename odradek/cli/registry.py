@@ -11,10 +11,12 @@ import sys
 
 from odradek.cli.client import client_config, common_options
 
+# The registry's default (odradek/registry/server.py), here so that every `odradek`
+# command does not import aiohttp, fastavro and confluent-kafka to build its parser.
+DEFAULT_LISTEN = "http://localhost:8081"
+
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from odradek.registry.server import DEFAULT_LISTEN
-
     parser = commands.add_parser(
         "registry", parents=[common_options()],
         help="run a schema registry (Confluent's REST API) storing schemas in _schemas")

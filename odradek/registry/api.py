@@ -123,6 +123,7 @@ class RegistryApi:
         r.add_get("/schemas/ids/{id}/versions", self._versions_of_id)
         r.add_get("/config", self._get_config)
         r.add_put("/config", self._put_config)
+        r.add_delete("/config", self._delete_config)
         r.add_get("/config/{subject}", self._get_config)
         r.add_put("/config/{subject}", self._put_config)
         r.add_delete("/config/{subject}", self._delete_config)
@@ -147,9 +148,9 @@ class RegistryApi:
         except StoreError as e:
             log.warning("registry: %s", e)
             return _answer({"error_code": 50002, "message": str(e)}, 500)
-        except web.HTTPRequestEntityTooLarge:
-            return _answer({"error_code": 413, "message": "the request body is too large"},
-                           413)
+        except web.HTTPException as e:  # no such path or method, too large a body...
+            return _answer({"error_code": e.status, "message": f"HTTP {e.status} {e.reason}"},
+                           e.status)
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -223,7 +224,7 @@ class RegistryApi:
     @staticmethod
     def _version_number(state: RegistryState, subject: str, raw: str,
                         deleted: bool = False) -> SchemaVersion:
-        if subject not in state.subjects or not state.live_versions(subject, True):
+        if subject not in state.subjects or not state.live_versions(subject, deleted):
             raise subject_not_found(subject)
         if raw in ("latest", "-1"):
             live = state.live_versions(subject, deleted)
@@ -507,13 +508,15 @@ class RegistryApi:
         return _answer({"compatibility": level})
 
     async def _delete_config(self, request: web.Request) -> web.StreamResponse:
-        subject = request.match_info["subject"]
+        subject = request.match_info.get("subject")  # None: the global level
         previous: list[str] = []
 
         def decide(state: RegistryState) -> list[tuple[bytes, bytes | None]]:
-            if subject not in state.subjects and subject not in state.configs:
-                raise subject_not_found(subject)
             previous.append(state.compatibility(subject))
+            if subject not in state.configs:
+                if subject is not None:
+                    raise subject_not_found(subject)
+                return []  # the global level is the default already
             return [config_record(subject, None)]
         await self._write(decide)
         return _answer({"compatibilityLevel": previous[0]})
@@ -533,9 +536,15 @@ class RegistryApi:
 
     async def _delete_mode(self, request: web.Request) -> web.StreamResponse:
         subject = request.match_info["subject"]
-        previous = self._read(lambda st: st.mode(subject))
-        await self._write(lambda state: [mode_record(subject, None)])
-        return _answer({"mode": previous})
+
+        def decide(state: RegistryState) -> list[tuple[bytes, bytes | None]]:
+            if subject not in state.modes:
+                raise subject_not_found(subject)
+            previous.append(state.mode(subject))
+            return [mode_record(subject, None)]
+        previous: list[str] = []
+        await self._write(decide)
+        return _answer({"mode": previous[0]})
 
     # ---- compatibility ---------------------------------------------------------------------
 

@@ -316,3 +316,21 @@ def test_schema_references(registry: RegistryProcess) -> None:
     assert registry.call("POST", "/subjects/customer/versions", {
         "schema": customer, "references": [{**reference[0], "version": 9}]})[1][
         "error_code"] == 42201
+
+
+def test_confluents_answers_at_the_edges(registry: RegistryProcess) -> None:
+    registry.call("POST", "/subjects/edges/versions", {"schema": V1})
+    registry.call("DELETE", "/subjects/edges")
+    # Every version soft-deleted: the subject is not found, as Confluent says.
+    assert registry.call("GET", "/subjects/edges/versions/latest")[1]["error_code"] == 40401
+    # A subject without a level of its own has none to delete.
+    assert registry.call("DELETE", "/config/edges")[1]["error_code"] == 40401
+    assert registry.call("DELETE", "/mode/edges")[1]["error_code"] == 40401
+    # The global level reset to the default.
+    registry.call("PUT", "/config", {"compatibility": "FULL"})
+    assert registry.call("DELETE", "/config") == (200, {"compatibilityLevel": "FULL"})
+    assert registry.call("GET", "/config") == (200, {"compatibilityLevel": "BACKWARD"})
+    # Unknown paths and methods answer in Confluent's error shape.
+    assert registry.call("GET", "/no/such/path") == (
+        404, {"error_code": 404, "message": "HTTP 404 Not Found"})
+    assert registry.call("PATCH", "/subjects")[1]["error_code"] == 405
