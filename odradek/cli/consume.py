@@ -11,6 +11,10 @@ as a member of group G, as Kafka's console consumer does: it starts at the group
 committed offsets (where there are none, at the end, or the beginning with
 --from-beginning), and commits the offsets of the records it printed (auto commit, and
 once more on the way out).
+
+--value-format avro|json (and --key-format) decode a schema registry's wire format,
+fetching each record's writer schema by its id (odradek/cli/schema_serde.py), and print
+the value as JSON; a record that cannot be decoded is named on stderr and skipped.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from confluent_kafka import (
 )
 
 from odradek.cli.client import (
+    EXIT_FAILURE,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     CliError,
@@ -55,6 +60,7 @@ from odradek.cli.output import json_line
 
 FIELDS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
 FIELD_LIST = " ".join(f"{{{name}}}" for name in FIELDS)
+FORMATS = ("string", "avro", "json")  # --key-format, --value-format
 NULL = "null"  # how a null key, value or header value prints, as Kafka's console consumer
 BATCH = 500
 # Errors after which reading on cannot succeed; librdkafka retries the others itself.
@@ -99,6 +105,17 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     consume.add_argument("--format", metavar="TEMPLATE", default="{value}",
                          help=f"how to print a record, with fields {FIELD_LIST} and "
                          "escapes such as \\t (default {value})")
+    schemas = consume.add_argument_group(
+        "through a schema registry", "decode keys or values in the registry's wire format "
+        "(a zero byte, the schema id, the payload) with the schema of that id, printed as JSON")
+    schemas.add_argument("--value-format", choices=FORMATS, default="string",
+                         help="string: the bytes as they are (default); avro or json: "
+                         "Avro or JSON Schema through the registry")
+    schemas.add_argument("--key-format", choices=FORMATS, default="string",
+                         help="the same for keys")
+    schemas.add_argument("--registry-url", metavar="URL",
+                         help="the schema registry (default: $ODRADEK_REGISTRY_URL or "
+                         "http://localhost:8081)")
     consume.set_defaults(run=run)
 
 
@@ -119,12 +136,18 @@ class Formatter:
             raise CliError(f"--format has no field {{{unknown[0]}}}; the fields are "
                            f"{FIELD_LIST}", EXIT_USAGE)
 
-    def render(self, message: Message) -> bytes:
+    def render(self, message: Message, decoded: Any = None) -> bytes:
+        """`decoded`: a schema_serde.Decoded, whose key and value print as JSON."""
         value = message.value()
+        if decoded is not None and decoded.value is not None:
+            value = decoded_text(decoded.value[0]).encode()
         if self.value_only:
             return (NULL.encode() if value is None else value) + b"\n"
+        key = message.key()
+        if decoded is not None and decoded.key is not None:
+            key = decoded_text(decoded.key[0]).encode()
         fields = {
-            "key": _text(message.key()),
+            "key": _text(key),
             "value": _text(value),
             "topic": message.topic(),
             "partition": message.partition(),
@@ -137,6 +160,45 @@ class Formatter:
         except (ValueError, TypeError) as e:  # e.g. a format spec that does not fit
             raise CliError(f"bad --format {self.template!r}: {e}", EXIT_USAGE) from None
         return line.encode("utf-8", "surrogateescape") + b"\n"
+
+
+def decoded_text(value: Any) -> str:
+    """A decoded key or value as JSON text; a null as Kafka's console consumer prints it."""
+    return NULL if value is None else json_line(value)
+
+
+class Printer:
+    """A record's line: by the template, or as JSON with --json; keys and values decoded
+    first when --key-format or --value-format ask (a schema_serde.BadRecord when they
+    cannot be)."""
+
+    def __init__(self, formatter: Formatter | None, decoder: Any = None) -> None:
+        self.formatter = formatter
+        self.decoder = decoder  # a schema_serde.RecordDecoder
+        self.bad = 0  # records that could not be decoded
+
+    def line(self, message: Message) -> bytes:
+        decoded = None if self.decoder is None else \
+            self.decoder.decode(message.topic() or "", message.key(), message.value())
+        if self.formatter is not None:
+            return self.formatter.render(message, decoded)
+        record = record_json(message)
+        if decoded is not None:
+            for name, part in (("key", decoded.key), ("value", decoded.value)):
+                if part is not None:
+                    record.pop(f"{name}_encoding", None)
+                    record[name], record[f"{name}_schema_id"] = part
+        return json_line(record).encode() + b"\n"
+
+    def undecodable(self, message: Message, why: BaseException) -> None:
+        """Says which record could not be decoded, and why; the command goes on."""
+        self.bad += 1
+        print(f"odradek consume: cannot decode the record at offset {message.offset()} of "
+              f"partition {message.partition()} of {message.topic()}: {why}",
+              file=sys.stderr)
+
+    def status(self) -> int:
+        return EXIT_FAILURE if self.bad else 0
 
 
 def headers_of(message: Message) -> list[tuple[str, bytes | None]]:
@@ -267,8 +329,9 @@ def plan(consumer: Consumer, args: argparse.Namespace, partitions: list[int],
 @command("consume")
 def run(args: argparse.Namespace) -> int:
     formatter = None if args.json else Formatter(args.format)
+    printer = Printer(formatter, _decoder(args))
     if args.group is not None:
-        return run_group(args, formatter)
+        return run_group(args, printer)
     if args.regex is not None or len(args.topics) > 1:
         raise CliError("several topics and --regex need --group GROUP (consumer group to "
                        "read them as)", EXIT_USAGE)
@@ -292,12 +355,21 @@ def run(args: argparse.Namespace) -> int:
     )
     consumer: Consumer = make_client(Consumer, config)
     try:
-        return _consume(consumer, args, formatter, timeout, errors)
+        return _consume(consumer, args, printer, timeout, errors)
     finally:
         consumer.close()
 
 
-def _consume(consumer: Consumer, args: argparse.Namespace, formatter: Formatter | None,
+def _decoder(args: argparse.Namespace) -> Any:
+    """The schema_serde.RecordDecoder --key-format and --value-format ask for, or None."""
+    if args.key_format == "string" and args.value_format == "string":
+        return None
+    from odradek.cli.schema_serde import RecordDecoder  # the registry client: slow to load
+
+    return RecordDecoder(args, timeout_of(args))
+
+
+def _consume(consumer: Consumer, args: argparse.Namespace, printer: Printer,
              timeout: float, errors: ErrorRecorder) -> int:
     topic = args.topic
     partitions = _partitions(consumer, args, timeout, errors)
@@ -333,10 +405,11 @@ def _consume(consumer: Consumer, args: argparse.Namespace, formatter: Formatter 
                     continue
                 if p not in pending:
                     continue  # --until-end: this partition is done
-                with _uninterrupted():
-                    out.write(json_line(record_json(message)).encode() + b"\n"
-                              if formatter is None else formatter.render(message))
-                    count += 1
+                line = _line(printer, message)
+                if line is not None:
+                    with _uninterrupted():
+                        out.write(line)
+                        count += 1
                 if args.until_end and (message.offset() or 0) + 1 >= start_plan.end[p]:
                     pending.discard(p)
                 if args.max_messages is not None and count >= args.max_messages:
@@ -354,10 +427,23 @@ def _consume(consumer: Consumer, args: argparse.Namespace, formatter: Formatter 
                       file=sys.stderr)
                 break
     except KeyboardInterrupt:  # Ctrl-C: what was read is still worth saying
-        _summary(count)
+        _summary(count, printer)
         return EXIT_INTERRUPTED
-    _summary(count)
-    return 0
+    _summary(count, printer)
+    return printer.status()
+
+
+def _line(printer: Printer, message: Message) -> bytes | None:
+    """The record's line, or None when it cannot be decoded (said on stderr)."""
+    if printer.decoder is None:
+        return printer.line(message)
+    from odradek.cli.schema_serde import BadRecord
+
+    try:
+        return printer.line(message)
+    except BadRecord as e:
+        printer.undecodable(message, e)
+        return None
 
 
 @contextlib.contextmanager
@@ -375,8 +461,10 @@ def _uninterrupted() -> Iterator[None]:
             raise KeyboardInterrupt
 
 
-def _summary(count: int) -> None:
-    print(f"consumed {count} record{'s' * (count != 1)}", file=sys.stderr)
+def _summary(count: int, printer: Printer) -> None:
+    bad = (f"; {printer.bad} record{'s' * (printer.bad != 1)} could not be decoded"
+           if printer.bad else "")
+    print(f"consumed {count} record{'s' * (count != 1)}{bad}", file=sys.stderr)
 
 
 def _partitions(consumer: Consumer, args: argparse.Namespace, timeout: float,
@@ -447,7 +535,7 @@ class Membership:
         return self.ever_assigned and bool(self.assigned) and self.assigned <= self.at_end
 
 
-def run_group(args: argparse.Namespace, formatter: Formatter | None) -> int:
+def run_group(args: argparse.Namespace, printer: Printer) -> int:
     for option, given in (("--offset", args.offset is not None),
                           ("--from-timestamp", args.from_timestamp is not None),
                           ("--partition", args.partition is not None)):
@@ -475,7 +563,7 @@ def run_group(args: argparse.Namespace, formatter: Formatter | None) -> int:
     try:
         consumer.subscribe(topics, on_assign=membership.on_assign,
                            on_revoke=membership.on_revoke, on_lost=membership.on_revoke)
-        return _consume_group(consumer, args, formatter, membership, errors)
+        return _consume_group(consumer, args, printer, membership, errors)
     finally:
         consumer.close()  # leaves the group
 
@@ -492,21 +580,21 @@ def _commit(consumer: Consumer) -> None:
               file=sys.stderr)
 
 
-def _consume_group(consumer: Consumer, args: argparse.Namespace, formatter: Formatter | None,
+def _consume_group(consumer: Consumer, args: argparse.Namespace, printer: Printer,
                    membership: Membership, errors: ErrorRecorder) -> int:
     counted = [0]
     try:
-        count = _read_group(consumer, args, formatter, membership, errors, counted)
+        count = _read_group(consumer, args, printer, membership, errors, counted)
     except KeyboardInterrupt:  # Ctrl-C: what was read is still worth saying
         _commit(consumer)
-        _summary(counted[0])
+        _summary(counted[0], printer)
         return EXIT_INTERRUPTED
     _commit(consumer)
-    _summary(count)
-    return 0
+    _summary(count, printer)
+    return printer.status()
 
 
-def _read_group(consumer: Consumer, args: argparse.Namespace, formatter: Formatter | None,
+def _read_group(consumer: Consumer, args: argparse.Namespace, printer: Printer,
                 membership: Membership, errors: ErrorRecorder, counted: list[int]) -> int:
     """Prints records until told to stop; the count, also kept in counted[0] as it goes."""
     out: BinaryIO = sys.stdout.buffer
@@ -539,13 +627,15 @@ def _read_group(consumer: Consumer, args: argparse.Namespace, formatter: Formatt
                 else:
                     errors(error)  # retried by librdkafka; kept for a timeout's message
                 continue
+            line = _line(printer, message)
             with _uninterrupted():
-                out.write(json_line(record_json(message)).encode() + b"\n"
-                          if formatter is None else formatter.render(message))
-                printed = True
-                count += 1
-                counted[0] = count
-                # KafkaException: the partition went to another member meanwhile.
+                if line is not None:
+                    out.write(line)
+                    printed = True
+                    count += 1
+                    counted[0] = count
+                # KafkaException: the partition went to another member meanwhile. A record
+                # that could not be decoded was reported: the group goes past it too.
                 with contextlib.suppress(KafkaException):
                     consumer.store_offsets(message)
             if args.max_messages is not None and count >= args.max_messages:

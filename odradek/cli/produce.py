@@ -6,6 +6,8 @@ parse.headers format: `k1:v1,k2:v2<TAB>key<SEP>value`), and --header adds header
 every record. Keyed records use librdkafka's murmur2_random partitioner, which puts a key
 on the partition the Java client would pick. With --transactional-id every record of
 the run goes into one transaction, committed at the end, aborted if anything failed.
+With --value-schema (--key-schema) each line's value (key) is JSON, sent in a schema
+registry's wire format (odradek/cli/schema_serde.py).
 """
 
 from __future__ import annotations
@@ -82,6 +84,24 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                          "transactional.id, committed at the end (aborted, exit 1, if any "
                          "record failed or a line was malformed; exit 130 on Ctrl-C); "
                          "needs --acks all")
+    schemas = produce.add_argument_group(
+        "through a schema registry", "each line's value (and key) is JSON, serialized with "
+        "the schema, registered under <topic>-value (<topic>-key)")
+    value_schema = schemas.add_mutually_exclusive_group()
+    value_schema.add_argument("--value-schema", metavar="SCHEMA",
+                              help="the values' schema (Avro or JSON Schema, as JSON text)")
+    value_schema.add_argument("--value-schema-file", metavar="FILE",
+                              help="the values' schema, from FILE")
+    key_schema = schemas.add_mutually_exclusive_group()
+    key_schema.add_argument("--key-schema", metavar="SCHEMA",
+                            help="the keys' schema; needs --key-separator")
+    key_schema.add_argument("--key-schema-file", metavar="FILE",
+                            help="the keys' schema, from FILE")
+    schemas.add_argument("--schema-type", type=str.upper, choices=["AVRO", "JSON"],
+                         default="AVRO", help="AVRO (default) or JSON (JSON Schema)")
+    schemas.add_argument("--registry-url", metavar="URL",
+                         help="the schema registry (default: $ODRADEK_REGISTRY_URL or "
+                         "http://localhost:8081)")
     produce.set_defaults(run=run)
 
 
@@ -191,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
                        "idempotent", EXIT_USAGE)
     if transactional_id == "":
         raise CliError("--transactional-id cannot be empty", EXIT_USAGE)
+    key_encoder, value_encoder = _encoders(args, timeout)
     errors = ErrorRecorder()
     # librdkafka refuses a message.timeout.ms above transaction.timeout.ms (default 60s,
     # which -X transaction.timeout.ms=... changes: the coordinator aborts a transaction
@@ -221,7 +242,11 @@ def run(args: argparse.Namespace) -> int:
     problem: str | None = None
     try:
         for number, line in _lines(stream):
-            key, value, headers = fmt.parse(line, number)
+            key, raw_value, headers = fmt.parse(line, number)
+            value = raw_value if value_encoder is None else \
+                value_encoder.encode(raw_value, number)
+            if key_encoder is not None and key is not None:
+                key = key_encoder.encode(key, number)
             _send(producer, args, key, value, headers, deliveries, number)
     except CliError as e:  # a malformed line: send nothing after it
         problem, status = str(e), e.exit_code
@@ -264,6 +289,16 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
+def _encoders(args: argparse.Namespace, timeout: float) -> tuple[Any, Any]:
+    """The key's and value's schema_serde.Encoder (or None), their schemas registered."""
+    if args.key_schema is args.key_schema_file is args.value_schema is \
+            args.value_schema_file is None:
+        return None, None
+    from odradek.cli.schema_serde import encoders  # confluent-kafka's registry client: slow
+
+    return encoders(args, timeout)
+
+
 def _begin(producer: Producer, timeout: float, errors: ErrorRecorder, stream: BinaryIO) -> None:
     """init_transactions (fencing an earlier producer with the same id) and
     begin_transaction; CliError when the coordinator cannot be reached or refuses."""
@@ -301,7 +336,8 @@ def _end(producer: Producer, timeout: float, commit: bool) -> tuple[str, str | N
     return "aborted", why
 
 
-def _send(producer: Producer, args: argparse.Namespace, key: bytes | None, value: bytes,
+def _send(producer: Producer, args: argparse.Namespace, key: bytes | None,
+          value: bytes | None,
           headers: list[Header], deliveries: Deliveries, number: int) -> None:
     kwargs: dict[str, Any] = {"key": key, "headers": headers or None,
                               "on_delivery": deliveries.callback(number)}
