@@ -14,31 +14,12 @@ for the APIs it lacks, cli/wire.py); run the Spark pipelines and generate their 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
 
 from odradek import __version__
-from odradek.cli import (
-    acls,
-    cluster,
-    configs,
-    consume,
-    groups,
-    log_dirs,
-    partitions,
-    perf,
-    pipeline,
-    produce,
-    quotas,
-    records,
-    registry,
-    schemas,
-    serve,
-    topics,
-    transactions,
-    users,
-)
 from odradek.protocol.api_keys import API_SPECS
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
@@ -90,7 +71,21 @@ def _cmd_decode(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Each subcommand by name, its module in odradek.cli, in the order the help lists them.
+# A module is imported only when its command runs (or for the whole help): each command
+# is a process of its own, and importing them all (the broker, the codecs, Spark's
+# pipelines) took a second of CPU before any command began.
+COMMANDS = {"serve": "serve", "topics": "topics", "produce": "produce", "consume": "consume",
+            "groups": "groups", "partitions": "partitions", "cluster": "cluster",
+            "pipeline": "pipeline", "configs": "configs", "records": "records",
+            "log-dirs": "log_dirs", "perf": "perf", "transactions": "transactions",
+            "acls": "acls", "users": "users", "quotas": "quotas", "registry": "registry",
+            "schemas": "schemas"}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with `command`, one with only that subcommand's module registered
+    (and apis, errors and decode, always there), which parses its arguments alike."""
     parser = argparse.ArgumentParser(
         prog="odradek", description="Odradek: a Kafka-compatible streaming platform."
     )
@@ -114,29 +109,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     decode.set_defaults(run=_cmd_decode)
 
-    serve.register(commands)
-    topics.register(commands)
-    produce.register(commands)
-    consume.register(commands)
-    groups.register(commands)
-    partitions.register(commands)
-    cluster.register(commands)
-    pipeline.register(commands)
-    configs.register(commands)
-    records.register(commands)
-    log_dirs.register(commands)
-    perf.register(commands)
-    transactions.register(commands)
-    acls.register(commands)
-    users.register(commands)
-    quotas.register(commands)
-    registry.register(commands)
-    schemas.register(commands)
+    for name, module in COMMANDS.items():
+        if command is None or name == command:
+            importlib.import_module(f"odradek.cli.{module}").register(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # The subcommand named first: only its module is needed (anything else, such as
+    # --help, --version or an unknown command, gets the whole parser).
+    command = argv[0] if argv and argv[0] in (*COMMANDS, "apis", "errors", "decode") else None
+    args = build_parser(command).parse_args(argv)
     try:
         result: int = args.run(args)
         sys.stdout.flush()

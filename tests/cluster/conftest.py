@@ -93,6 +93,17 @@ def cluster(tmp_path: Path, connect: str) -> Iterator[Cluster]:
     yield from running(Cluster(tmp_path, connect, brokers=3))
 
 
+@pytest.fixture(scope="module")
+def shared_cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory,
+                   request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """One cluster of three brokers for the tests of a module that kill, pause or restart
+    none of them (each uses topics of its own), in a chroot of the module's own: starting
+    a cluster per test took longer than most of those tests."""
+    chroot = f"/{request.module.__name__[:60]}-{uuid.uuid4().hex[:8]}"
+    yield from running(Cluster(tmp_path_factory.mktemp("shared-cluster"),
+                               f"{zookeeper.connect_string}{chroot}", brokers=3))
+
+
 @pytest.fixture
 def isolatable() -> Iterator[IsolatableHost]:
     try:

@@ -28,7 +28,9 @@ from odradek.protocol.messages import incremental_alter_configs_request as iac
 BROKER_RESOURCE = 4  # ConfigResource type
 
 
-def test_create_partitions_and_topic_configs_reach_every_broker(cluster: Cluster) -> None:
+def test_create_partitions_and_topic_configs_reach_every_broker(
+        shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     create_topic(cluster, "grow", partitions=2)
     admin = cluster.admin(1)
     admin.create_partitions([NewPartitions("grow", 4)])["grow"].result(30)
@@ -92,7 +94,8 @@ def test_auto_leader_rebalance(tmp_path: Path, connect: str) -> None:
 
 
 def test_reassignment_copies_data_to_new_replicas_before_dropping_old_ones(
-        cluster: Cluster) -> None:
+        shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     from kafka import TopicPartition as KafkaTopicPartition
     from kafka.admin import KafkaAdminClient
 
@@ -125,7 +128,8 @@ def test_reassignment_copies_data_to_new_replicas_before_dropping_old_ones(
     assert consume_all(cluster.bootstrap, "moving", 500) == acked
 
 
-def test_cluster_wide_broker_configs_reach_every_broker(cluster: Cluster) -> None:
+def test_cluster_wide_broker_configs_reach_every_broker(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     # As kafka-configs.sh --entity-default sends it (the clients here refuse the empty
     # broker name of the cluster-wide entity): through broker 1 only.
     async def set_default() -> Any:
@@ -158,32 +162,34 @@ def odradek(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60)
 
 
-def test_partitions_command_reassigns_and_elects(cluster: Cluster) -> None:
-    create_topic(cluster, "moving", partitions=1, rf=2)
-    produce(cluster.bootstrap, "moving", 100)
-    _, replicas, _ = cluster.partitions("moving")[0]
+def test_partitions_command_reassigns_and_elects(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
+    create_topic(cluster, "moving-cli", partitions=1, rf=2)
+    produce(cluster.bootstrap, "moving-cli", 100)
+    _, replicas, _ = cluster.partitions("moving-cli")[0]
     newcomer = next(b for b in cluster.brokers if b not in replicas)
     target = [newcomer, *replicas]  # one more replica, the newcomer preferred
     started = odradek(cluster, "partitions", "reassign",
-                      f"moving:0={','.join(map(str, target))}", "--json")
+                      f"moving-cli:0={','.join(map(str, target))}", "--json")
     assert started.returncode == 0, started.stderr
-    assert json.loads(started.stdout) == [{"topic": "moving", "partition": 0,
+    assert json.loads(started.stdout) == [{"topic": "moving-cli", "partition": 0,
                                            "replicas": target, "result": "started"}]
     wait_until(lambda: "no reassignment in progress" in odradek(
         cluster, "partitions", "reassignments").stdout, what="the reassignment done")
-    wait_until(lambda: cluster.partitions("moving")[0][1] == target
-               and sorted(cluster.partitions("moving")[0][2]) == sorted(target),
+    wait_until(lambda: cluster.partitions("moving-cli")[0][1] == target
+               and sorted(cluster.partitions("moving-cli")[0][2]) == sorted(target),
                what=f"replicas and ISR {target}")
-    elected = odradek(cluster, "partitions", "elect-leaders", "moving:0", "--json")
+    elected = odradek(cluster, "partitions", "elect-leaders", "moving-cli:0", "--json")
     assert elected.returncode == 0, elected.stderr
     assert json.loads(elected.stdout)[0]["result"] in ("elected", "not needed")
-    wait_until(lambda: cluster.partitions("moving")[0][0] == newcomer,
+    wait_until(lambda: cluster.partitions("moving-cli")[0][0] == newcomer,
                what="the preferred replica leading")
-    bad = odradek(cluster, "partitions", "reassign", "moving:0=1,1")
+    bad = odradek(cluster, "partitions", "reassign", "moving-cli:0=1,1")
     assert bad.returncode != 0 and "INVALID_REPLICA_ASSIGNMENT" in bad.stdout, bad
 
 
-def test_delete_topic_removes_every_replica(cluster: Cluster) -> None:
+def test_delete_topic_removes_every_replica(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     create_topic(cluster, "doomed", partitions=2)
     produce(cluster.bootstrap, "doomed", 50)
     directories = [b.data_dir / f"doomed-{p}" for b in cluster.brokers.values() for p in (0, 1)]

@@ -2,7 +2,9 @@
 process per module. Helpers to make topics and records are in support/spark.py.
 
 Spark's start-up takes seconds, so every Spark test in the run shares the `spark` session;
-each test uses topics of its own.
+each test uses topics of its own. Its JVM compiles with the client compiler only (JIT_OPTIONS):
+the tests' queries are small and short, and on two cores the server compiler's work cost
+more than it gained (a session's start and first queries took about twice as long).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ pytest.importorskip("pyarrow")
 from support.broker import BrokerProcess
 
 from odradek.spark import register
+
+# For a test JVM: C1 only, no C2 (the results are the same; only the JIT's work differs).
+JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +46,7 @@ def spark() -> Iterator[Any]:
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.driver.extraJavaOptions", JIT_OPTIONS)
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     register(session)

@@ -68,6 +68,8 @@ def main(argv: list[str]) -> int:
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.sql.session.timeZone", "UTC")
+             # As the tests' own session (conftest.py's JIT_OPTIONS): C1 only, a faster start.
+             .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
              .getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
     register(spark)
