@@ -228,7 +228,13 @@ def test_segment_changed_under_the_broker(small_disk: Path, change: str) -> None
 
 
 def test_second_broker_on_the_same_dir_changes_nothing(small_disk: Path) -> None:
-    broker = _start(small_disk)
+    # The first broker writes no checkpoint meanwhile (every 5 s by default): a file it
+    # changes would look like the second broker's doing.
+    hour = str(3_600_000)
+    broker = _start(small_disk, **{"replica.high.watermark.checkpoint.interval.ms": hour,
+                                   "log.flush.offset.checkpoint.interval.ms": hour,
+                                   "log.flush.start.offset.checkpoint.interval.ms": hour,
+                                   "log.retention.check.interval.ms": hour})
     try:
         acked, _ = _produce(broker, 100, seed=8)
         data = small_disk / "data"
