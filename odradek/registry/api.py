@@ -94,6 +94,7 @@ class RegistryApi:
         self.store = store
         self.election = election
         self._writes = asyncio.Lock()  # one write decided at a time
+        self._parsed: dict[int, ParsedSchema] = {}  # by schema id
         self._session: aiohttp.ClientSession | None = None
         self._write_handlers = {self._register, self._delete_version, self._delete_subject,
                                 self._put_config, self._delete_config, self._put_mode,
@@ -277,10 +278,14 @@ class RegistryApi:
                                 ) from None
 
     def _parsed_version(self, state: RegistryState, version: SchemaVersion) -> ParsedSchema:
-        return self._parse(state, {"schema": version.schema,
-                                   "schemaType": version.schema_type,
-                                   "references": [r.to_json() for r in version.references]},
-                           normalize=False, validate_defaults=False)
+        """A stored version, parsed once: an id's schema and references never change."""
+        parsed = self._parsed.get(version.id)
+        if parsed is None:
+            parsed = self._parsed[version.id] = self._parse(
+                state, {"schema": version.schema, "schemaType": version.schema_type,
+                        "references": [r.to_json() for r in version.references]},
+                normalize=False, validate_defaults=False)
+        return parsed
 
     @staticmethod
     def _same(parsed: ParsedSchema, other: ParsedSchema) -> bool:
