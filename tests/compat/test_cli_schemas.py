@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from support.broker import BrokerProcess
-from support.registry import RegistryProcess
+from support.registry import RegistryProcess, running_registry
 from test_cli import Run, failed, ok
 
 from odradek.cli.main import main
@@ -57,10 +57,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 @pytest.fixture(scope="module")
 def registry(broker: BrokerProcess) -> Iterator[RegistryProcess]:
-    process = RegistryProcess(broker.bootstrap).start()
-    yield process
-    process.stop()
-    assert "Traceback" not in process.log_text(), process.log_text()
+    yield from running_registry(broker.bootstrap)
 
 
 Command = tuple[str, ...]

@@ -17,7 +17,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from support.broker import BrokerProcess
-from support.registry import RegistryProcess
+from support.registry import RegistryProcess, running_registry
 from support.wait import wait_until
 
 
@@ -45,10 +45,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 @pytest.fixture(scope="module")
 def registry(broker: BrokerProcess) -> Iterator[RegistryProcess]:
-    process = RegistryProcess(broker.bootstrap).start()
-    yield process
-    process.stop()
-    assert "Traceback" not in process.log_text(), process.log_text()
+    yield from running_registry(broker.bootstrap)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 _LISTENING = re.compile(r"schema registry listening on http://\S*:(\d+)")
@@ -72,3 +73,12 @@ class RegistryProcess:
                 return response.status, json.loads(response.read() or b"null")
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"null")
+
+
+def running_registry(bootstrap: str, *extra: str) -> Iterator[RegistryProcess]:
+    """A registry process for a fixture: started, yielded, stopped, and its log free of
+    tracebacks."""
+    process = RegistryProcess(bootstrap, *extra).start()
+    yield process
+    process.stop()
+    assert "Traceback" not in process.log_text(), process.log_text()
