@@ -15,8 +15,6 @@ import argparse
 import datetime
 import decimal
 import json
-import os
-import urllib.parse
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,14 +33,13 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from fastavro.validation import ValidationError, validate
 
 from odradek.cli.client import EXIT_USAGE, CliError
+from odradek.cli.schemas import registry_url  # $ODRADEK_REGISTRY_URL, the default
 
 try:  # the HTTP client SchemaRegistryClient uses, as confluent-kafka picks it
     import httpx2 as httpx
 except ImportError:  # pragma: no cover
     import httpx  # type: ignore[no-redef]
 
-REGISTRY_URL_ENV = "ODRADEK_REGISTRY_URL"
-DEFAULT_REGISTRY_URL = "http://localhost:8081"
 SCHEMA_TYPES = ("AVRO", "JSON")
 FORMATS = ("string", "avro", "json")  # consume --key-format / --value-format
 MAGIC = 0
@@ -50,15 +47,6 @@ HEADER = 5  # the magic byte and the 4-byte schema id
 TOO_LONG = 300  # fastavro quotes whole schemas in some of its messages
 # What a registry that cannot be reached (or does not answer in time) raises.
 TRANSPORT_ERRORS = (httpx.HTTPError, OSError)
-
-
-def registry_url(args: argparse.Namespace) -> str:
-    url = (args.registry_url or os.environ.get(REGISTRY_URL_ENV) or DEFAULT_REGISTRY_URL)
-    url = url.strip().rstrip("/")
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise CliError(f"--registry-url: {url!r} is not http(s)://HOST:PORT", EXIT_USAGE)
-    return url
 
 
 def registry_client(url: str, timeout: float) -> SchemaRegistryClient:
@@ -114,7 +102,7 @@ def encoders(args: argparse.Namespace, timeout: float
                        "line before it", EXIT_USAGE)
     if key_schema is None and value_schema is None:
         return None, None
-    registry = Registry(registry_url(args), timeout)
+    registry = Registry(registry_url(args.registry_url), timeout)
     key = (None if key_schema is None else
            Encoder(registry, args.topic, MessageField.KEY, key_schema, args.schema_type))
     value = (None if value_schema is None else
@@ -348,7 +336,7 @@ class RecordDecoder:
     """The decoders --key-format and --value-format ask for."""
 
     def __init__(self, args: argparse.Namespace, timeout: float) -> None:
-        registry = Registry(registry_url(args), timeout)
+        registry = Registry(registry_url(args.registry_url), timeout)
         self.key = Decoder(registry, args.key_format) if args.key_format != "string" else None
         self.value = (Decoder(registry, args.value_format) if args.value_format != "string"
                       else None)

@@ -24,7 +24,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import NewTopic, OffsetSpec
-from support.cluster import WAIT, Cluster, wait_until
+from support.cluster import WAIT, Cluster, running, wait_until
 from support.replication import (
     FAILOVER_BUDGET,
     agreed_full_isr,
@@ -198,18 +198,7 @@ def state_rf_cluster(request: pytest.FixtureRequest, tmp_path: Path, connect: st
     replication factor 3, or 2: then one broker holds no replica of a coordinator's
     partition, and its death does not hold up the coordinator's own writes."""
     settings = {"transaction.state.log.replication.factor": str(request.param)}
-    c = Cluster(tmp_path, connect, brokers=3, settings=settings)
-    try:
-        c.start()
-    except Exception:
-        c.stop()
-        print(c.logs())  # shown with the failure
-        raise
-    yield c
-    for broker in c.brokers.values():
-        broker.kill()
-    text = c.logs()
-    assert "Traceback" not in text, text
+    yield from running(Cluster(tmp_path, connect, brokers=3, settings=settings))
 
 
 @pytest.mark.timeout(300)
