@@ -75,6 +75,10 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                          "(default: live, from now, at --rate)")
         sub.add_argument("--partitions", type=positive_int, default=3,
                          help="partitions of the topic if it must be created (default 3)")
+        if p.registry:
+            sub.add_argument("--schema-registry-url", default="http://localhost:8081",
+                             help="the schema registry the records' schema is registered "
+                             "at (default http://localhost:8081)")
         sub.set_defaults(run=run_generate, pipeline=p)
 
 
@@ -215,8 +219,10 @@ def run_generate(args: argparse.Namespace) -> int:
         print(f"sending {args.count} records to {args.topic} at {args.rate:g}/s "
               "(Ctrl-C stops)", flush=True)
     try:
+        more = {"schema_registry": args.schema_registry_url} if p.registry else {}
         records = p.generate(bootstrap, topic=args.topic, count=args.count, rate=args.rate,
-                             seed=args.seed, start=args.start, partitions=args.partitions)
+                             seed=args.seed, start=args.start, partitions=args.partitions,
+                             **more)
     except RuntimeError as e:
         raise CliError(str(e)) from e
     print(f"sent {len(records)} records to {args.topic}")

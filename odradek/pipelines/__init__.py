@@ -25,11 +25,12 @@ class Pipeline:
     generate: Callable[..., list[Record]]
     topic: str                  # where the generator writes by default: the input
     streaming: bool = True
+    registry: bool = False      # its generator registers schemas (--schema-registry-url)
 
 
 PIPELINES = {p.name: p for p in [
     Pipeline("activity", activity.SUMMARY, activity.ActivityConfig, activity.run,
-             activity.generate, activity.TOPIC),
+             activity.generate, activity.TOPIC, registry=True),
     Pipeline("logs", logs.SUMMARY, logs.LogsConfig, logs.run, logs.generate, logs.TOPIC),
     Pipeline("reprocess", reprocess.SUMMARY, reprocess.ReprocessConfig, reprocess.run,
              reprocess.generate, reprocess.TOPIC, streaming=False),

@@ -1,6 +1,10 @@
-"""Activity tracking: page views per page per minute.
+"""Activity tracking: page views per page per minute, on Avro records.
 
-Page-view events (JSON: user, page, referrer, event_time) are counted per page in tumbling
+Page-view events are Avro records (PAGE_VIEW: user, page, referrer, event_time) in
+Confluent's wire format, their schema in the schema registry under `<input>-value`; the
+source decodes them into typed columns with the subject's schema (valueFormat=avro), and
+the counts are written as Avro too, their schema registered under `<output>-value`. They
+are counted per page in tumbling
 windows of event time. The watermark trails the latest event time seen by `watermark`; a
 window is written once, with its final count, when the watermark passes its end. An event
 still counts, however late, while its window is open; events of a window already written
@@ -28,7 +32,6 @@ from odradek.pipelines.common import (
     Record,
     StreamConfig,
     ensure_topics,
-    iso,
     option,
     read_stream,
     send,
@@ -39,9 +42,17 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-SUMMARY = "page views (JSON) -> views per page per minute, to a topic and a Parquet table"
+SUMMARY = "page views (Avro) -> views per page per minute, to a topic (Avro) and a Parquet table"
 TOPIC = "page-views"
-EVENT_SCHEMA = "user string, page string, referrer string, event_time timestamp"
+PAGE_VIEW = {
+    "type": "record", "name": "PageView", "namespace": "shop.activity",
+    "fields": [
+        {"name": "user", "type": "string"},
+        {"name": "page", "type": "string"},
+        {"name": "referrer", "type": ["null", "string"], "default": None},
+        {"name": "event_time", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ],
+}
 
 
 @dataclass
@@ -54,15 +65,17 @@ class ActivityConfig(StreamConfig):
     window: str = option("1 minute", "the length of the tumbling windows")
     watermark: str = option("30 seconds", "how late (behind the latest event time seen) an "
                             "event may arrive and still be counted")
+    schema_registry: str = option("http://localhost:8081", "the schema registry's URL",
+                                  flag="--schema-registry-url")
 
 
 def counts(spark: SparkSession, config: ActivityConfig) -> DataFrame:
     """page, window_start, window_end, views: the final count of each window."""
     from pyspark.sql import functions as F
 
-    events = read_stream(spark, config, subscribe=config.input)
-    views = (events.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e"))
-             .select("e.*").where("page IS NOT NULL AND event_time IS NOT NULL"))
+    events = read_stream(spark, config, subscribe=config.input, valueFormat="avro",
+                         **{"schema.registry.url": config.schema_registry})
+    views = events.select("value.*")
     return (views.withWatermark("event_time", config.watermark)
             .groupBy(F.window("event_time", config.window), "page").count()
             .select("page", F.col("window.start").alias("window_start"),
@@ -83,10 +96,12 @@ def run(spark: SparkSession, config: ActivityConfig) -> list[StreamingQuery]:
                 return
             batch.write.mode("overwrite").parquet(
                 os.path.join(config.table, f"batch_id={batch_id}"))
-            (batch.select(F.col("page").alias("key"), F.to_json(
-                F.struct("page", "window_start", "window_end", "views")).alias("value"))
+            (batch.select(F.col("page").alias("key"),
+                          F.struct("page", "window_start", "window_end", "views").alias("value"))
              .write.format("odradek").option("kafka.bootstrap.servers", config.bootstrap)
-             .option("topic", config.output).option("checkpointLocation", checkpoint)
+             .option("topic", config.output).option("valueFormat", "avro")
+             .option("schema.registry.url", config.schema_registry)
+             .option("checkpointLocation", checkpoint)
              .option("batchId", batch_id).mode("append").save())
         finally:
             batch.unpersist()
@@ -109,14 +124,23 @@ LATE_FRACTION = 0.08
 
 def generate(bootstrap: str, topic: str = TOPIC, count: int = 1000, rate: float = 10.0,
              seed: int | None = None, start: int | None = None, users: int = 50,
-             partitions: int = DEFAULT_PARTITIONS) -> list[Record]:
+             partitions: int = DEFAULT_PARTITIONS,
+             schema_registry: str = "http://localhost:8081") -> list[Record]:
     """Page views of `users` users browsing: referrers follow their previous page, and about
     8% of the events arrive late (their event_time 20 s to 3 min before the others: a phone
-    that was offline). The record key is the user; the record timestamp is the time of
-    sending, the JSON event_time the time of viewing."""
+    that was offline). Values are Avro records (schema PAGE_VIEW, registered as
+    <topic>-value at the schema registry); the record key is the user; the record timestamp
+    is the time of sending, event_time the time of viewing."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
     rng = random.Random(seed)
     clock = Clock(rate, start)
     ensure_topics(bootstrap, {topic: partitions})
+    serialize = AvroSerializer(SchemaRegistryClient({"url": schema_registry}),
+                               json.dumps(PAGE_VIEW))
+    context = SerializationContext(topic, MessageField.VALUE)
     previous: dict[str, str] = {}
     records = []
     for i in range(count):
@@ -129,6 +153,11 @@ def generate(bootstrap: str, topic: str = TOPIC, count: int = 1000, rate: float 
         viewed_at = sent_at - (rng.randint(20_000, 180_000) if rng.random() < LATE_FRACTION
                                else rng.randint(0, 1500))
         event = {"user": user, "page": page, "referrer": referrer or None,
-                 "event_time": iso(viewed_at)}
-        records.append(Record(topic, user.encode(), json.dumps(event).encode(), sent_at))
+                 "event_time": viewed_at}
+        try:
+            value = serialize(event, context)
+        except Exception as e:  # the first registers the schema: SchemaRegistryError, httpx
+            raise RuntimeError(f"the schema registry at {schema_registry} did not take the "
+                               f"page views' schema: {e}") from e
+        records.append(Record(topic, user.encode(), value, sent_at))
     return send(bootstrap, records, clock)

@@ -76,15 +76,16 @@ def create_session(master: str = "local[*]", app: str = "odradek-pipeline",
 
 
 def read_stream(spark: SparkSession, config: StreamConfig, *, subscribe: str = "",
-                pattern: str = "", headers: bool = False) -> DataFrame:
-    """The streaming source over `subscribe` (comma-separated topics) or `pattern`."""
+                pattern: str = "", headers: bool = False, **options: str) -> DataFrame:
+    """The streaming source over `subscribe` (comma-separated topics) or `pattern`, with
+    more of the source's options if given."""
     reader = (spark.readStream.format("odradek")
               .option("kafka.bootstrap.servers", config.bootstrap)
               .option("startingOffsets", config.starting_offsets)
               .option("includeHeaders", str(headers).lower()))
     reader = (reader.option("subscribePattern", pattern) if pattern
               else reader.option("subscribe", subscribe))
-    return reader.load()
+    return reader.options(**options).load()
 
 
 def start(writer: DataStreamWriter, config: StreamConfig, name: str) -> StreamingQuery:

@@ -40,8 +40,12 @@ _FORBIDDEN_CLIENT = {
     "value.serializer": "values are written as binary or string columns",
     "interceptor.classes": "interceptors are not supported",
 }
+# Keys and values through a schema registry (registry_formats.py); schema.registry.* too.
+_FORMAT_OPTIONS = {"keyformat", "valueformat", "keysubject", "valuesubject"}
+_READ_OPTIONS |= _FORMAT_OPTIONS | {"keyschemaversion", "valueschemaversion",
+                                    "schemaevolutionmode"}
 _WRITE_OPTIONS = {"topic", "deliveryguarantee", "transactionalidprefix", "checkpointlocation",
-                  "batchid"}
+                  "batchid", *_FORMAT_OPTIONS}
 # Spark passes a streaming query's checkpoint location and name to its sink as options.
 _STREAM_WRITE_OPTIONS = _WRITE_OPTIONS - {"batchid"} | {"queryname"}
 # How long a task's transaction may stay open before the coordinator aborts it: the whole
@@ -182,6 +186,73 @@ def _timestamp_spec(options: Mapping[str, str], single: str,
     return spec
 
 
+FORMATS = ("binary", "avro", "json-schema")
+EVOLUTION_MODES = ("none", "restart")
+
+
+@dataclass(frozen=True)
+class ColumnFormat:
+    """How the key or the value column is encoded: options keyFormat / valueFormat, the
+    subject (keySubject / valueSubject, by default the topic name strategy's), the version
+    a read decodes into (keySchemaVersion / valueSchemaVersion) and schemaEvolutionMode."""
+
+    column: str  # "key" or "value"
+    format: str  # "avro" or "json-schema"
+    registry: tuple[tuple[str, str], ...]  # SchemaRegistryClient settings, url among them
+    subject: str
+    version: str = "latest"
+    evolution: str = "none"
+
+    @property
+    def schema_type(self) -> str:
+        return "AVRO" if self.format == "avro" else "JSON"
+
+
+def column_formats(options: Mapping[str, str], topic: str | None, reading: bool
+                   ) -> tuple[ColumnFormat, ...]:
+    """The key's and value's formats other than binary. `topic` is the one topic the query
+    reads or writes, if there is one: the default subjects are <topic>-key, <topic>-value."""
+    registry = tuple(sorted((key.lower()[len("schema.registry."):], str(value))
+                            for key, value in options.items()
+                            if key.lower().startswith("schema.registry.")))
+    evolution = (_get(options, "schemaEvolutionMode") or "none").strip().lower()
+    if evolution not in EVOLUTION_MODES:
+        raise OdradekOptionError("option schemaEvolutionMode must be none or restart, not "
+                                 f"{evolution!r}")
+    formats = []
+    for column in ("key", "value"):
+        fmt = (_get(options, f"{column}Format") or "binary").strip().lower()
+        if fmt not in FORMATS:
+            raise OdradekOptionError(f"option {column}Format must be one of "
+                                     f"{', '.join(FORMATS)}, not {fmt!r}")
+        subject = _get(options, f"{column}Subject")
+        version = (_get(options, f"{column}SchemaVersion") or "latest").strip().lower()
+        if fmt == "binary":
+            given = [n for n in (f"{column}Subject", f"{column}SchemaVersion")
+                     if _get(options, n) is not None]
+            if given:
+                raise OdradekOptionError(f"option {given[0]} needs {column}Format=avro or "
+                                         "json-schema")
+            continue
+        if not any(k == "url" for k, _ in registry):
+            raise OdradekOptionError(f"{column}Format={fmt} needs the schema.registry.url "
+                                     "option")
+        if subject is None:
+            if topic is None:
+                raise OdradekOptionError(
+                    f"{column}Format={fmt} with more than one topic (or a topic column) "
+                    f"needs option {column}Subject")
+            subject = f"{topic}-{column}"
+        if version != "latest" and not version.isdigit():
+            raise OdradekOptionError(f"option {column}SchemaVersion must be latest or a "
+                                     f"version number, not {version!r}")
+        formats.append(ColumnFormat(column, fmt, registry, subject.strip(), version,
+                                    evolution))
+    if reading and evolution != "none" and not formats:
+        raise OdradekOptionError("option schemaEvolutionMode needs keyFormat or valueFormat")
+    return tuple(formats)
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     client: dict[str, str]
@@ -197,6 +268,7 @@ class ReadOptions:
     include_headers: bool = False
     max_offsets_per_trigger: int | None = None
     poll_timeout_ms: int = 120_000
+    formats: tuple[ColumnFormat, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -238,7 +310,7 @@ def _subscription(options: Mapping[str, str]) -> Subscription:
 def _check_names(options: Mapping[str, str], allowed: set[str]) -> None:
     for key in options:
         name = key.lower()
-        if name.startswith("kafka.") or name in allowed or name == "path":
+        if name.startswith(("kafka.", "schema.registry.")) or name in allowed or name == "path":
             continue
         if name in _NOT_YET:
             raise OdradekOptionError(f"option {key} is not supported by the odradek data "
@@ -289,6 +361,8 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         include_headers=_bool(options, "includeHeaders", False),
         max_offsets_per_trigger=_int(options, "maxOffsetsPerTrigger", 1),
         poll_timeout_ms=_int(options, "kafkaConsumer.pollTimeoutMs", 1) or 120_000,
+        formats=column_formats(options, subscription.topics[0] if len(subscription.topics) == 1
+                               else None, reading=True),
     )
 
 
@@ -304,6 +378,7 @@ class WriteOptions:
     # the micro-batch being written.
     checkpoint_location: str | None = None
     batch_id: int | None = None
+    formats: tuple[ColumnFormat, ...] = ()
 
 
 def _prefix_of(checkpoint_location: str) -> str:
@@ -331,11 +406,13 @@ def parse_write_options(options: Mapping[str, str], streaming: bool = False) -> 
     checkpoint = _get(options, "checkpointLocation")
     batch_id = None if streaming else _int(options, "batchId", 0)
     prefix = _get(options, "transactionalIdPrefix")
+    topic = topic.strip() if topic else None
+    formats = column_formats(options, topic, reading=False)
     if guarantee == "at-least-once":
         given = [n for n in ("transactionalIdPrefix", "batchId") if _get(options, n) is not None]
         if given:
             raise OdradekOptionError(f"option {given[0]} is for deliveryGuarantee=exactly-once")
-        return WriteOptions(client=client, topic=topic.strip() if topic else None)
+        return WriteOptions(client=client, topic=topic, formats=formats)
     if client.get("enable.idempotence", "true").lower() == "false":
         raise OdradekOptionError("deliveryGuarantee=exactly-once needs the idempotent "
                                  "producer: remove kafka.enable.idempotence=false")
@@ -358,7 +435,7 @@ def parse_write_options(options: Mapping[str, str], streaming: bool = False) -> 
         raise OdradekOptionError(f"option kafka.transaction.timeout.ms must be a number of "
                                  f"milliseconds, not {timeout!r}")
     return WriteOptions(
-        client=client, topic=topic.strip() if topic else None, exactly_once=True,
+        client=client, topic=topic, exactly_once=True, formats=formats,
         transactional_id_prefix=prefix.strip(),
         transaction_timeout_ms=int(timeout) if timeout else DEFAULT_TRANSACTION_TIMEOUT_MS,
         checkpoint_location=checkpoint, batch_id=batch_id)

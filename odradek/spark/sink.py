@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +31,7 @@ from pyspark.sql.types import StructType
 
 from .commit_log import CommitLog, CommitRecord
 from .options import OdradekOptionError, WriteOptions
+from .registry_formats import ColumnEncoder, writer_schema
 from .transactions import (
     OpenTransaction,
     SinkTransactionError,
@@ -58,7 +61,10 @@ def check_write_schema(schema: StructType, options: WriteOptions) -> None:
                                  "value, topic, partition, headers and timestamp")
     if "value" not in names:
         raise OdradekOptionError("the odradek sink needs a value column")
+    formatted = {f.column for f in options.formats}  # any type, encoded by its schema
     for column in ("key", "value"):
+        if column in formatted:
+            continue
         if column in names and names[column].dataType.typeName() not in ("binary", "string"):
             raise OdradekOptionError(f"column {column} must be binary or string, not "
                                      f"{names[column].dataType.simpleString()}")
@@ -94,13 +100,16 @@ def _column(array: pa.Array) -> list[Any]:
     return array.to_pylist()
 
 
-def _records(options: WriteOptions, iterator: Iterator[pa.RecordBatch], partition_id: int
-             ) -> Iterator[tuple[str, dict[str, Any]]]:
+def _records(options: WriteOptions, iterator: Iterator[pa.RecordBatch], partition_id: int,
+             encoders: dict[str, ColumnEncoder]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(topic, produce() keyword arguments) of each row."""
     count = 0
     for batch in iterator:
         columns = {name.lower(): _column(batch.column(i))
                    for i, name in enumerate(batch.schema.names)}
+        for name, encoder in encoders.items():
+            columns[name] = encoder.encode(
+                columns[name], lambda i, n=count: f"row {n + i} of task {partition_id}")
         for i in range(batch.num_rows):
             topic = options.topic or columns["topic"][i]
             if topic is None:
@@ -123,14 +132,42 @@ def _records(options: WriteOptions, iterator: Iterator[pa.RecordBatch], partitio
 # worker runs one task at a time and lives across tasks, so the next task reuses the
 # connections and the producer id (a new producer's first flush or init_transactions takes
 # 50-500 ms; Spark's Kafka sink caches its producers too).
-_PRODUCERS: dict[str, Any] = {}
+_PRODUCERS: dict[str, tuple[Any, float]] = {}   # settings -> (producer, when kept)
 _KEPT = 8   # at most this many kept per worker
+# A producer no task has used for this long is dropped: one left to a cluster that went
+# away would otherwise keep reconnecting (and logging) for as long as the worker lives.
+_IDLE_S = 60.0
+_LOCK = threading.Lock()
+_reaper: list[threading.Thread] = []
 
 
 def _keep(key: str, producer: Any) -> None:
-    _PRODUCERS[key] = producer
-    while len(_PRODUCERS) > _KEPT:
-        del _PRODUCERS[next(iter(_PRODUCERS))]
+    with _LOCK:
+        _PRODUCERS[key] = (producer, time.monotonic())
+        while len(_PRODUCERS) > _KEPT:
+            del _PRODUCERS[next(iter(_PRODUCERS))]
+        if not _reaper:
+            _reaper.append(threading.Thread(target=_reap, name="odradek-sink-reaper",
+                                            daemon=True))
+            _reaper[0].start()
+
+
+def _take(key: str) -> Any:
+    with _LOCK:
+        entry = _PRODUCERS.pop(key, None)
+    return None if entry is None else entry[0]
+
+
+def _reap() -> None:
+    while True:
+        time.sleep(min(_IDLE_S / 4, 1.0))
+        now = time.monotonic()
+        with _LOCK:
+            idle = [k for k, (_, since) in _PRODUCERS.items() if now - since > _IDLE_S]
+            dropped = [_PRODUCERS.pop(k) for k in idle]
+        # Destroyed here, outside the lock: a kept producer has nothing left to deliver, and
+        # an open transaction of its is the driver's to end, as for any producer dropped.
+        dropped.clear()
 
 
 def _ready_for_next(producer: Any, options: WriteOptions, transactional_id: str) -> bool:
@@ -154,7 +191,8 @@ def _ready_for_next(producer: Any, options: WriteOptions, transactional_id: str)
 
 
 def write_task(options: WriteOptions, iterator: Iterator[pa.RecordBatch],
-               partition_id: int | None = None) -> WriteResult:
+               partition_id: int | None = None,
+               encoders: dict[str, ColumnEncoder] | None = None) -> WriteResult:
     """One write task, batch or micro-batch: sends its rows (acks=all), waits for every
     acknowledgement and fails with the broker's error if any delivery failed. Exactly once,
     the rows go into a transaction of the task's own that is left open for the driver.
@@ -187,9 +225,9 @@ def write_task(options: WriteOptions, iterator: Iterator[pa.RecordBatch],
     producer: Any = None
     count = 0
     try:
-        for topic, kwargs in _records(options, iterator, partition_id):
+        for topic, kwargs in _records(options, iterator, partition_id, encoders or {}):
             if producer is None:
-                producer = _PRODUCERS.pop(key, None)
+                producer = _take(key)
                 if transactional_id is None:
                     producer = producer or Producer(settings)
                 else:
@@ -317,16 +355,20 @@ class Committer:
 
 
 class _TopicWriter:
-    """What the batch and the streaming writer share: the options, a commit the last run
-    left unfinished completed before any task runs, and the tasks' write."""
+    """What the batch and the streaming writer share: the options, the schemas of keys and
+    values written through a registry (registered before any task runs), a commit the last
+    run left unfinished completed before any task runs, and the tasks' write."""
 
-    def __init__(self, options: WriteOptions) -> None:
+    def __init__(self, options: WriteOptions, schema: StructType) -> None:
         self.options = options
+        self.schemas = {f.column: (f, writer_schema(f, schema[f.column].dataType),
+                                   schema[f.column].dataType) for f in options.formats}
         if options.exactly_once:
             Committer(options).recover()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
-        return write_task(self.options, iterator)
+        encoders = {column: ColumnEncoder(*spec) for column, spec in self.schemas.items()}
+        return write_task(self.options, iterator, encoders=encoders)
 
 
 class OdradekBatchWriter(_TopicWriter, DataSourceArrowWriter):

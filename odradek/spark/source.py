@@ -37,6 +37,37 @@ def row_schema(include_headers: bool) -> str:
     return f"{BASE_SCHEMA}, {HEADERS_FIELD}" if include_headers else BASE_SCHEMA
 
 
+def _row_struct(include_headers: bool) -> StructType:
+    """row_schema() as a StructType (no Spark session needed to parse it)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow_schema(include_headers))
+
+
+def formatted_schema(options: ReadOptions) -> StructType:
+    """The row schema with the key and/or value typed by their subjects' schemas."""
+    from .registry_formats import column_field, reader_type, with_formats
+
+    return with_formats(_row_struct(options.include_headers),
+                        {f.column: column_field(f, reader_type(f)) for f in options.formats})
+
+
+def column_decoder(options: ReadOptions, schema: StructType
+                   ) -> Callable[[pa.RecordBatch], pa.RecordBatch] | None:
+    """What turns a batch's wire-format key/value into typed columns (None when both are
+    binary): the subjects' versions whose types Spark planned the query with, in `schema`."""
+    if not options.formats:
+        return None
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from .registry_formats import ColumnDecoder, decode_batch, reader_type
+
+    decoders = {f.column: ColumnDecoder(f, reader_type(f, schema[f.column].dataType))
+                for f in options.formats}
+    target = to_arrow_schema(schema, timezone="UTC")
+    return lambda batch: decode_batch(batch, decoders, target)
+
+
 def arrow_schema(include_headers: bool) -> pa.Schema:
     """The Arrow schema Spark derives from row_schema(): read() must yield exactly this."""
     fields = [
@@ -140,8 +171,9 @@ class RangePartition(InputPartition):
 
 
 class OdradekBatchReader(DataSourceReader):
-    def __init__(self, options: ReadOptions) -> None:
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
+        self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
         ranges = split_ranges(resolve_batch_ranges(self.options), self.options.min_partitions)
@@ -150,9 +182,17 @@ class OdradekBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RangePartition):
             return   # no ranges to read: Spark plans one empty InputPartition(None)
-        schema = arrow_schema(self.options.include_headers)
-        for chunk in read_range(self.options, partition.range):
-            yield to_record_batch(chunk, schema, self.options.include_headers)
+        yield from read_batches(self.options, self.schema, partition.range)
+
+
+def read_batches(options: ReadOptions, schema: StructType, r: OffsetRange
+                 ) -> Iterator[pa.RecordBatch]:
+    """The records of one range as Arrow batches of the query's `schema`."""
+    decode = column_decoder(options, schema)
+    base = arrow_schema(options.include_headers)
+    for chunk in read_range(options, r):
+        batch = to_record_batch(chunk, base, options.include_headers)
+        yield batch if decode is None else decode(batch)
 
 
 class OdradekDataSource(DataSource):
@@ -162,29 +202,32 @@ class OdradekDataSource(DataSource):
     def name(cls) -> str:
         return "odradek"
 
-    def schema(self) -> str:
+    def schema(self) -> str | StructType:
         include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
+        if any(key.lower() in ("keyformat", "valueformat") for key in self.options):
+            # Batch or streaming is not known here; the formats' options are the same.
+            return formatted_schema(parse_read_options(self.options, streaming=False))
         return row_schema(include)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = parse_read_options(self.options, streaming=False)
-        return OdradekBatchReader(options)
+        return OdradekBatchReader(options, schema)
 
     def streamReader(self, schema: StructType) -> Any:
         from .stream import OdradekStreamReader
 
-        return OdradekStreamReader(parse_read_options(self.options, streaming=True))
+        return OdradekStreamReader(parse_read_options(self.options, streaming=True), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         from .sink import OdradekBatchWriter, check_write_schema
 
         options = parse_write_options(self.options)
         check_write_schema(schema, options)
-        return OdradekBatchWriter(options)
+        return OdradekBatchWriter(options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
         from .sink import OdradekStreamWriter, check_write_schema
 
         options = parse_write_options(self.options, streaming=True)
         check_write_schema(schema, options)
-        return OdradekStreamWriter(options)
+        return OdradekStreamWriter(options, schema)

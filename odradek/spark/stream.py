@@ -21,12 +21,12 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
+from pyspark.sql.types import StructType
 
-from .data_consumer import read_range
 from .offset_reader import OffsetReader
 from .options import LATEST, ReadOptions
 from .ranges import Marks, OdradekDataLossError, OffsetRange, split_ranges, starting_offsets
-from .source import RangePartition, arrow_schema, to_record_batch
+from .source import RangePartition, read_batches
 
 Offsets = dict[str, dict[str, int]]
 
@@ -63,8 +63,9 @@ def rate_limit(start: dict[tuple[str, int], int], latest: dict[tuple[str, int], 
 
 
 class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: ReadOptions) -> None:
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
+        self.schema = schema
         self.target: dict[tuple[str, int], int] | None = None
         self._offset_reader: OffsetReader | None = None
         self._initial: Offsets | None = None
@@ -155,9 +156,7 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RangePartition):
             return   # no ranges to read: Spark plans one empty InputPartition(None)
-        schema = arrow_schema(self.options.include_headers)
-        for chunk in read_range(self.options, partition.range):
-            yield to_record_batch(chunk, schema, self.options.include_headers)
+        yield from read_batches(self.options, self.schema, partition.range)
 
     def commit(self, end: Offsets) -> None:
         # Spark checkpoints offsets itself; nothing is committed to the broker.

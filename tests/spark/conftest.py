@@ -1,5 +1,6 @@
 """Fixtures of the Spark tests: one SparkSession (local[2]) for the whole run, one broker
-process per module. Helpers to make topics and records are in support/spark.py.
+process per module (and a schema registry process beside it for the tests that ask for
+`registry`). Helpers to make topics and records are in support/spark.py.
 
 Spark's start-up takes seconds, so every Spark test in the run shares the `spark` session;
 each test uses topics of its own. Its JVM compiles with the client compiler only (JIT_OPTIONS):
@@ -20,6 +21,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from support.broker import BrokerProcess
+from support.registry import RegistryProcess, running_registry
 
 from odradek.spark import register
 
@@ -34,6 +36,12 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     yield process
     process.stop()
     assert "Traceback" not in process.log_text(), process.log_text()
+
+
+@pytest.fixture(scope="module")
+def registry(broker: BrokerProcess) -> Iterator[RegistryProcess]:
+    """A schema registry process on the module's broker (started by the tests that ask)."""
+    yield from running_registry(broker.bootstrap)
 
 
 @pytest.fixture(scope="session")

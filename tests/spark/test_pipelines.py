@@ -16,7 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 from support.broker import BrokerProcess
+from support.registry import RegistryProcess
 from support.spark import await_query, consume_all, create_topic
 
 from odradek.cli.main import main
@@ -66,27 +70,39 @@ def values(bootstrap: str, topic: str) -> list[dict[str, Any]]:
 
 
 def test_activity_counts_views_per_page_per_minute(spark: Any, broker: BrokerProcess,
+                                                   registry: RegistryProcess,
                                                    tmp_path: Path) -> None:
     source, sink = create_topic(broker, 2), create_topic(broker, 1)
     config = activity.ActivityConfig(
         bootstrap=broker.bootstrap, checkpoint=str(tmp_path / "checkpoint"), input=source,
-        output=sink, table=str(tmp_path / "table"), available_now=True)
+        output=sink, table=str(tmp_path / "table"), available_now=True,
+        schema_registry=registry.url)
+    client = SchemaRegistryClient({"url": registry.url})
+    deserialize = AvroDeserializer(client)
     batches = []
     for i in range(2):   # the second run continues from the checkpoints, with late events
         sent = activity.generate(broker.bootstrap, source, count=240, rate=2.0, seed=i,
-                                 start=START + i * 120_000)
+                                 start=START + i * 120_000, schema_registry=registry.url)
         run_all(activity.run(spark, config))
-        events = [json.loads(r.value or b"") for r in sent]
-        batches.append([(ms(e["event_time"]), e["page"]) for e in events])
+        events = [deserialize(r.value, SerializationContext(source, MessageField.VALUE))
+                  for r in sent]
+        batches.append([(int(e["event_time"].timestamp() * 1000), e["page"]) for e in events])
     want, dropped = windows(batches, 60_000, 30_000)
     assert dropped > 0 and len(want) > 30
     table = spark.read.parquet(config.table).collect()
     assert sorted((r.page, int(r.window_start.timestamp() * 1000),
                    r.views) for r in table) == sorted((p, w, n) for (p, w), n in want.items())
-    records = [(r[3], json.loads(r[4] or b"")) for r in consume_all(broker.bootstrap, sink)]
-    assert sorted(records, key=str) == sorted(
-        ((str(p).encode(), {"page": p, "window_start": iso(w), "window_end": iso(w + 60_000),
-                            "views": n}) for (p, w), n in want.items()), key=str)
+    # The counts are Avro records, of a schema the sink made and registered for the topic.
+    written = json.loads(client.get_latest_version(f"{sink}-value").schema.schema_str)
+    assert [f["name"] for f in written["fields"]] == [
+        "page", "window_start", "window_end", "views"]
+    records = []
+    for r in consume_all(broker.bootstrap, sink):
+        count = deserialize(r[4], SerializationContext(sink, MessageField.VALUE))
+        records.append((r[3], count["page"], int(count["window_start"].timestamp() * 1000),
+                        int(count["window_end"].timestamp() * 1000), count["views"]))
+    assert sorted(records) == sorted((p.encode(), p, w, w + 60_000, n)
+                                     for (p, w), n in want.items())
 
 
 def test_logs_error_rates_and_alerts(spark: Any, broker: BrokerProcess,

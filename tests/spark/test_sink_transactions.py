@@ -16,8 +16,10 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
+from pyspark.sql.types import BinaryType, StructField, StructType
 from support.broker import BrokerProcess
 from support.spark import consume_all, create_topic
+from support.wait import wait_until
 
 from odradek.spark import sink
 from odradek.spark.commit_log import CommitLog, CommitRecord
@@ -26,6 +28,8 @@ from odradek.spark.sink import Committer, OdradekStreamWriter, WriteResult, writ
 from odradek.spark.transactions import SinkTransactionError, SinkTransactions
 
 pytestmark = pytest.mark.timeout(120)
+
+VALUE_ONLY = StructType([StructField("value", BinaryType())])
 
 
 def options(broker: BrokerProcess, topic: str, checkpoint: Path) -> WriteOptions:
@@ -74,10 +78,25 @@ def test_a_micro_batch_is_visible_once_committed(broker: BrokerProcess, tmp_path
     assert sorted(h.transactional_id for h in record.transactions) == [
         f"{opts.transactional_id_prefix}-0", f"{opts.transactional_id_prefix}-1"]
     # The next micro-batch's tasks reuse their producers: no new init_transactions.
-    kept = {id(p) for p in sink._PRODUCERS.values()}
+    kept = {id(p) for p, _ in sink._PRODUCERS.values()}
     Committer(opts).commit([task(opts, 0, "d"), task(opts, 1, "e")], 1)
-    assert {id(p) for p in sink._PRODUCERS.values()} == kept
+    assert {id(p) for p, _ in sink._PRODUCERS.values()} == kept
     assert values(broker, topic) == ["a", "b", "c", "d", "e"] and stable(broker, topic)
+
+
+def test_producers_no_task_uses_are_dropped(broker: BrokerProcess, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    topic = create_topic(broker, 1)
+    opts = options(broker, topic, tmp_path)
+    monkeypatch.setattr(sink, "_IDLE_S", 0.5)
+    Committer(opts).commit([task(opts, 0, "a")], 0)
+    ours = f"{opts.transactional_id_prefix}-0"
+    assert any(ours in key for key in sink._PRODUCERS)
+    wait_until(lambda: not any(ours in key for key in sink._PRODUCERS), 10,
+               "the idle producer dropped")
+    # The next task makes a new producer, fencing nothing that matters: the commit holds.
+    Committer(opts).commit([task(opts, 0, "b")], 1)
+    assert values(broker, topic) == ["a", "b"] and stable(broker, topic)
 
 
 def test_a_driver_that_died_mid_commit_is_completed_and_the_replay_aborted(
@@ -95,7 +114,7 @@ def test_a_driver_that_died_mid_commit_is_completed_and_the_replay_aborted(
         client.end(handles[:1], commit=True)
     assert values(broker, topic) == ["first", "x1", "x2"]
     # The restarted query's writer completes the commit before any task runs.
-    OdradekStreamWriter(opts)
+    OdradekStreamWriter(opts, VALUE_ONLY)
     assert values(broker, topic) == ["first", "x1", "x2", "y1"]
     latest = log.latest()
     assert latest is not None and latest.committed and latest.batch == 1
@@ -145,7 +164,7 @@ def test_a_commit_that_cannot_be_completed_says_what_was_lost(broker: BrokerProc
         # The coordinator aborted it before the restart (as after transaction.timeout.ms).
         client.fence([handles[0].transactional_id], opts.transaction_timeout_ms)
     with pytest.raises(SinkTransactionError, match=r"micro-batch 0 .* Delete .*0\.json"):
-        OdradekStreamWriter(opts)
+        OdradekStreamWriter(opts, VALUE_ONLY)
     assert values(broker, topic) == []
 
 
