@@ -38,7 +38,7 @@ REGISTRY_URL_ENV = "ODRADEK_REGISTRY_URL"
 DEFAULT_REGISTRY_URL = "http://localhost:8081"
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 ACCEPT = f"{CONTENT_TYPE}, application/vnd.schemaregistry+json; q=0.9, application/json; q=0.5"
-SCHEMA_TYPES = ("AVRO", "JSON")
+SCHEMA_TYPES = ("AVRO", "JSON", "PROTOBUF")
 # Confluent's compatibility levels (the registry is the judge; these make `--set` a choice).
 COMPATIBILITY_LEVELS = ("BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE",
                         "FULL", "FULL_TRANSITIVE", "NONE")

@@ -287,6 +287,14 @@ class RegistryApi:
                 normalize=False, validate_defaults=False)
         return parsed
 
+    def _schema_text(self, state: RegistryState, version: SchemaVersion,
+                     request: web.Request) -> str:
+        """The schema as stored; `?format=serialized` (what confluent-kafka's Protobuf
+        serdes ask for) answers a Protobuf one as its base64 FileDescriptorProto."""
+        if version.schema_type == "PROTOBUF" and request.query.get("format") == "serialized":
+            return self._parsed_version(state, version).parsed.serialized()
+        return version.schema
+
     @staticmethod
     def _same(parsed: ParsedSchema, other: ParsedSchema) -> bool:
         return (parsed.schema_type == other.schema_type and parsed.canonical == other.canonical
@@ -321,8 +329,11 @@ class RegistryApi:
     async def _version(self, request: web.Request) -> web.StreamResponse:
         subject, raw = request.match_info["subject"], request.match_info["version"]
         deleted = self._flag(request, "deleted")
-        version = self._read(lambda st: self._version_number(st, subject, raw, deleted))
-        return _answer(version.to_json())
+
+        def answer(state: RegistryState) -> dict[str, Any]:
+            version = self._version_number(state, subject, raw, deleted)
+            return {**version.to_json(), "schema": self._schema_text(state, version, request)}
+        return _answer(self._read(answer))
 
     async def _version_schema(self, request: web.Request) -> web.StreamResponse:
         subject, raw = request.match_info["subject"], request.match_info["version"]
@@ -451,15 +462,16 @@ class RegistryApi:
         return version
 
     async def _schema_by_id(self, request: web.Request) -> web.StreamResponse:
-        version = self._read(lambda st: self._by_id(st, request.match_info["id"],
-                                                    request.query.get("subject")))
-        body: dict[str, Any] = {}
-        if version.schema_type != "AVRO":
-            body["schemaType"] = version.schema_type
-        if version.references:
-            body["references"] = [r.to_json() for r in version.references]
-        body["schema"] = version.schema
-        return _answer(body)
+        def answer(state: RegistryState) -> dict[str, Any]:
+            version = self._by_id(state, request.match_info["id"], request.query.get("subject"))
+            body: dict[str, Any] = {}
+            if version.schema_type != "AVRO":
+                body["schemaType"] = version.schema_type
+            if version.references:
+                body["references"] = [r.to_json() for r in version.references]
+            body["schema"] = self._schema_text(state, version, request)
+            return body
+        return _answer(self._read(answer))
 
     async def _raw_schema_by_id(self, request: web.Request) -> web.StreamResponse:
         version = self._read(lambda st: self._by_id(st, request.match_info["id"],

@@ -1,11 +1,14 @@
 """The schema types the registry holds, parsed and compared: Avro (fastavro parses it;
 the compatibility rules fastavro lacks are avro_compatibility.py's) and JSON Schema (the
-jsonschema library checks it against its draft's meta-schema).
+jsonschema library checks it against its draft's meta-schema; Confluent's compatibility
+rules are json_schema_compatibility.py's) and Protobuf
+(protobuf_schemas.py parses it, protobuf_compatibility.py has Confluent's rules).
 
 A ParsedSchema's `canonical` form decides identity (registering a schema already in a
 subject answers its id, and the same schema in two subjects shares one id): the schema's
 JSON without insignificant whitespace, so schemas that differ in a default or a doc are
-different schemas, as in Confluent's registry.
+different schemas, as in Confluent's registry. A Protobuf schema's is its canonical .proto
+text, which is also what is stored.
 """
 
 from __future__ import annotations
@@ -19,14 +22,19 @@ import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
 
-from odradek.registry import avro_compatibility
+from odradek.registry import (
+    avro_compatibility,
+    json_schema_compatibility,
+    protobuf_compatibility,
+    protobuf_schemas,
+)
 from odradek.registry.avro_compatibility import InvalidSchemaError
 from odradek.registry.state import Reference, SchemaVersion
 
 __all__ = ["SCHEMA_TYPES", "InvalidSchemaError", "ParsedSchema", "incompatibilities",
            "parse_schema"]
 
-SCHEMA_TYPES = ("AVRO", "JSON")  # Protobuf: not yet
+SCHEMA_TYPES = ("AVRO", "JSON", "PROTOBUF")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +56,18 @@ def parse_schema(schema_type: str, text: str,
     """Parses a schema of `schema_type` whose references name registered versions;
     InvalidSchemaError says what is wrong with it. Defaults are validated for a schema
     being registered, not for one stored (as Confluent: an older registry let it in)."""
-    try:
+    refs = tuple(reference for reference, _ in references)
+    if schema_type == "PROTOBUF":
+        imports: dict[str, protobuf_schemas.Dependency] = {}
+        for reference, version in references:
+            _protobuf_import(reference, version, imports, resolve, depth=0)
+        proto = protobuf_schemas.parse(text, imports)
+        # Stored and answered as its canonical .proto text, whichever form it came in.
+        return ParsedSchema(schema_type, proto.text, proto.text, refs, proto)
+    try:  # Avro and JSON Schema: JSON documents
         document = json.loads(text)
     except ValueError as e:
         raise InvalidSchemaError(f"not JSON: {e}") from None
-    refs = tuple(reference for reference, _ in references)
     if schema_type == "AVRO":
         named: dict[str, Any] = {}
         for _, version in references:
@@ -93,6 +108,27 @@ def _avro_named(version: SchemaVersion, named: dict[str, Any], resolve: Resolver
     avro_compatibility.parse(json.loads(version.schema), named, validate_defaults=False)
 
 
+def _protobuf_import(reference: Reference, version: SchemaVersion,
+                     imports: dict[str, protobuf_schemas.Dependency], resolve: Resolver | None,
+                     depth: int) -> None:
+    """Adds the file a Protobuf schema imports by the reference's name (after the files it
+    imports itself)."""
+    if depth > 32:
+        raise InvalidSchemaError("references nested too deep (a cycle?)")
+    if version.schema_type != "PROTOBUF":
+        raise InvalidSchemaError(f"a Protobuf schema cannot import a {version.schema_type} "
+                                 "schema")
+    if reference.name in imports:
+        return
+    if version.references and resolve is None:
+        raise InvalidSchemaError("nested references cannot be resolved here")
+    for nested in version.references:
+        assert resolve is not None
+        _protobuf_import(nested, resolve(nested), imports, resolve, depth + 1)
+    imported = protobuf_schemas.parse(version.schema, imports)
+    imports[reference.name] = protobuf_schemas.dependency(reference.name, imported, reference)
+
+
 def incompatibilities(level: str, new: ParsedSchema, existing: list[ParsedSchema]
                       ) -> list[str]:
     """Why `new` may not follow `existing` (oldest first) under a compatibility level;
@@ -106,7 +142,10 @@ def incompatibilities(level: str, new: ParsedSchema, existing: list[ParsedSchema
     if new.schema_type == "AVRO":
         return avro_compatibility.check_compatibility(level, new.parsed,
                                                       [s.parsed for s in existing])
-    # Confluent's JSON Schema rules (JsonSchemaDiff) are not implemented yet: say so
-    # rather than accept a change that may break consumers.
-    return [f"JSON Schema compatibility ({level}) is not checked by this registry yet: "
-            "set the subject's compatibility to NONE to register new versions"]
+    if new.schema_type == "PROTOBUF":
+        return protobuf_compatibility.check_compatibility(level, new.parsed,
+                                                          [s.parsed for s in existing])
+    # JSON Schema: Confluent's schema diff. Documents of referenced subjects are not
+    # passed, so a $ref to one is compared by its text.
+    return json_schema_compatibility.check_compatibility(level, new.parsed,
+                                                         [s.parsed for s in existing])

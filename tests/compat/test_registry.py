@@ -155,7 +155,7 @@ def test_rest_shapes_and_errors(registry: RegistryProcess) -> None:
         "subject": subject, "version": 1, "id": schema_id, "schema": V1})
     assert registry.call("GET", f"/schemas/ids/{schema_id}") == (200, {"schema": V1})
     assert subject in registry.call("GET", "/subjects")[1]
-    assert registry.call("GET", "/schemas/types") == (200, ["AVRO", "JSON"])
+    assert registry.call("GET", "/schemas/types") == (200, ["AVRO", "JSON", "PROTOBUF"])
     assert registry.call("POST", f"/subjects/{subject}", {"schema": V1})[1]["version"] == 1
     assert registry.call("GET", "/subjects/none-such/versions") == (404, {
         "error_code": 40401, "message": "Subject 'none-such' not found."})
