@@ -25,7 +25,7 @@ import signal
 import socket
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from odradek.broker.admin import AdminManager
 from odradek.broker.alter_partition_manager import AlterPartitionManager
@@ -54,7 +54,7 @@ from odradek.cluster.zookeeper.znodes import BrokerEndpoint, desanitize
 from odradek.console import Console, console_for
 from odradek.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from odradek.coordinator.group.group_metadata_manager import GroupMetadataManager, OffsetConfig
-from odradek.coordinator.timer import AsyncioTimer, SystemTime
+from odradek.coordinator.timer import AsyncioTimer, SystemTime, Time, Timer, TimerTask
 from odradek.coordinator.transaction.marker_channel import TxnMarkerChannel
 from odradek.coordinator.transaction.transaction_coordinator import TransactionCoordinator
 from odradek.coordinator.transaction.transaction_state_manager import (
@@ -85,6 +85,7 @@ from odradek.server.quota_manager import QuotaManagers
 from odradek.storage.checkpoints import write_durably
 from odradek.storage.config import LogConfig
 from odradek.storage.errors import InvalidConfigError, StorageError
+from odradek.storage.log import system_clock
 from odradek.storage.log_dir import LogDir, lock_log_dir
 from odradek.storage.log_manager import LogManager
 
@@ -98,9 +99,21 @@ ACL_FILE = "acls.json"  # the ACLs of a single node without ZooKeeper, in its fi
 SLOW_SHUTDOWN_S = 15.0  # a shutdown longer than this logs what it still waits on
 
 
+class BrokerClock(Protocol):
+    """Time for everything of a broker that reads or waits on it: the coordinators' Time
+    and Timer, and (called) the storage layer's clock. odradek.testing's TestClock."""
+
+    def milliseconds(self) -> int: ...
+
+    def __call__(self) -> int: ...
+
+    def schedule(self, delay_ms: int, callback: Callable[[], object]) -> TimerTask: ...
+
+
 class KafkaServer:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, clock: BrokerClock | None = None) -> None:
         self.config = config
+        self.clock = clock  # None: the system's
         self.log_manager: LogManager | None = None
         self.socket_server: SocketServer | None = None
         self.credentials = CredentialCache()  # SCRAM users, for the SASL listeners
@@ -179,6 +192,7 @@ class KafkaServer:
         self.log_manager = LogManager(
             config.log_manager_config, config.log_config,
             topic_config=self._topic_log_config,
+            clock=self.clock or system_clock,
         )
         loop = asyncio.get_running_loop()
         self.log_manager.on_log_dir_failure = lambda d: loop.call_soon_threadsafe(
@@ -192,12 +206,13 @@ class KafkaServer:
                 FetcherConfig.from_broker_config(config.get),
                 security=self.inter_broker_security, topic_stats=self.metrics.topic_stats)
         self.replica_manager = ReplicaManager(
-            config.node_id, self.log_manager,
+            config.node_id, self.log_manager, clock=self.clock or system_clock,
             replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"),
             fetcher_manager=fetcher_manager, topic_stats=self.metrics.topic_stats)
         # Started before the controller hands out partitions, so that leading a
         # __consumer_offsets partition loads its groups.
-        time, timer = SystemTime(), AsyncioTimer()
+        time: Time = self.clock or SystemTime()
+        timer: Timer = self.clock or AsyncioTimer()
         self.group_coordinator = GroupCoordinator(
             GroupConfig.from_broker_config(config),
             GroupMetadataManager(OffsetConfig.from_broker_config(config), self.replica_manager,
@@ -635,13 +650,19 @@ class KafkaServer:
     def request_stop(self) -> None:
         self._stop.set()
 
-    async def run(self) -> None:
-        """Starts, serves until SIGTERM or SIGINT, stops cleanly."""
+    async def run(self, handle_signals: bool = True,
+                  started: Callable[[], None] | None = None) -> None:
+        """Starts, serves until SIGTERM or SIGINT (or request_stop()), stops cleanly.
+        `started` is called once the broker serves (odradek.testing's embedded brokers run
+        on a thread of their own, without signal handlers)."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop)
+        if handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.request_stop)
         try:
             await self.startup()
+            if started is not None:
+                started()
             await self._stop.wait()
         finally:
             await self.shutdown()

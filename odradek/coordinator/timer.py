@@ -46,7 +46,7 @@ class SystemTime:
         return time.time_ns() // 1_000_000
 
 
-def _run_logged(callback: Callable[[], object]) -> None:
+def run_logged(callback: Callable[[], object]) -> None:
     # A failing timer task is a bug to see in the log; it must not stop the others.
     try:
         callback()
@@ -61,7 +61,7 @@ class AsyncioTimer:
         self.loop = loop or asyncio.get_running_loop()
 
     def schedule(self, delay_ms: int, callback: Callable[[], object]) -> TimerTask:
-        return self.loop.call_later(max(delay_ms, 0) / 1000, _run_logged, callback)
+        return self.loop.call_later(max(delay_ms, 0) / 1000, run_logged, callback)
 
 
 class _MockTask:
