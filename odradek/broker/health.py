@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from odradek.server.http_server import Readiness
+from odradek.server.readiness import Readiness
 
 if TYPE_CHECKING:
     from odradek.broker.kafka_server import KafkaServer

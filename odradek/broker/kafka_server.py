@@ -49,9 +49,7 @@ from odradek.cluster.embedded import EmbeddedMetadataStore
 from odradek.cluster.kafka_controller import KafkaController
 from odradek.cluster.metadata import MetadataStore
 from odradek.cluster.zk_topic_admin import ZkTopicAdmin
-from odradek.cluster.zookeeper.store import ZkWatch, ZooKeeperMetadataStore
 from odradek.cluster.zookeeper.znodes import BrokerEndpoint, desanitize
-from odradek.console import Console, console_for
 from odradek.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from odradek.coordinator.group.group_metadata_manager import GroupMetadataManager, OffsetConfig
 from odradek.coordinator.timer import AsyncioTimer, SystemTime, Time, Timer, TimerTask
@@ -79,7 +77,6 @@ from odradek.server.channel_builder import (
 )
 from odradek.server.config import BrokerConfig, HttpListener
 from odradek.server.connection_quotas import ConnectionLimits, ConnectionQuotas
-from odradek.server.http_server import HttpServer
 from odradek.server.network import BoundListener, SocketServer
 from odradek.server.quota_manager import QuotaManagers
 from odradek.storage.checkpoints import write_durably
@@ -90,7 +87,10 @@ from odradek.storage.log_dir import LogDir, lock_log_dir
 from odradek.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
+    from odradek.cluster.zookeeper.store import ZkWatch, ZooKeeperMetadataStore
+    from odradek.console import Console
     from odradek.registry.server import RegistryServer
+    from odradek.server.http_server import HttpServer
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +156,8 @@ class KafkaServer:
         zk_store: ZooKeeperMetadataStore | None = None
         store: MetadataStore
         if config.zookeeper_connect:
+            from odradek.cluster.zookeeper.store import ZooKeeperMetadataStore  # kazoo: here
+
             zk_store = self.zk_store = ZooKeeperMetadataStore(
                 config.zookeeper_connect, config.node_id,
                 session_timeout_ms=config.get("zookeeper.session.timeout.ms"),
@@ -323,7 +325,10 @@ class KafkaServer:
             name="replica-manager-periodic")
         if config.http_listeners:
             # Health, metrics and the console (odradek/server/http_server.py,
-            # odradek/console/), on this event loop.
+            # odradek/console/), on this event loop; aiohttp imported only for them.
+            from odradek.console import console_for
+            from odradek.server.http_server import HttpServer
+
             if config.get("http.console.enabled"):
                 self.console = console_for(self, self.inter_broker_security
                                            or inter_broker_security(config))

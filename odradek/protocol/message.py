@@ -21,7 +21,31 @@ _DECODE_FAILURES = (struct.error, IndexError, ValueError, UnicodeDecodeError, Re
 _ENCODE_FAILURES = (struct.error, TypeError, ValueError, AttributeError, OverflowError)
 
 
-class Message:
+# The default of a field that gets a fresh list or struct per instance (None may be a
+# value of its own).
+MISSING: Any = object()
+
+
+class Fields:
+    """A generated struct: its __slots__ are its fields, in the spec's order. Equality and
+    repr as a dataclass's (the generated classes write their __init__ out instead of
+    being dataclasses: much cheaper to import)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a dataclass with eq
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"{type(self).__qualname__}({fields})"
+
+
+class Message(Fields):
     """A request, response, header or data record defined by one of Kafka's JSON specs."""
 
     __slots__ = ()

@@ -29,14 +29,15 @@ import asyncio
 import html
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import cast
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from odradek.server.config import HttpListener
+from odradek.server.readiness import Readiness
 
 log = logging.getLogger(__name__)
 
@@ -61,32 +62,6 @@ _aiohttp_log.addFilter(_ClientErrors())
 # Accept header -> body, content type
 Exposition = Callable[[str | None], Awaitable[tuple[bytes, str]]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@dataclass(frozen=True, slots=True)
-class Readiness:
-    """Whether the broker is ready: each check's name with None when it passes, else why
-    not; `details` are shown beside them (broker id, cluster id...)."""
-
-    checks: Mapping[str, str | None]
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def ready(self) -> bool:
-        return all(reason is None for reason in self.checks.values())
-
-    @property
-    def reasons(self) -> list[str]:
-        return [f"{name}: {reason}" for name, reason in self.checks.items() if reason is not None]
-
-    def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"status": "ready" if self.ready else "not ready",
-                                **self.details,
-                                "checks": {name: reason or "ok"
-                                           for name, reason in self.checks.items()}}
-        if not self.ready:
-            body["reasons"] = self.reasons
-        return body
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,6 +75,30 @@ def test_fixtures_give_real_brokers_to_real_clients(pytester: pytest.Pytester) -
     result.assert_outcomes(passed=5)
 
 
+def test_xdist_workers_get_brokers_of_their_own(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_parallel="""
+        import os
+
+        import pytest
+
+
+        @pytest.mark.parametrize("n", range(4))
+        def test_one(n, bootstrap_servers, odradek_topic, odradek_broker_session):
+            odradek_broker_session.produce(odradek_topic, f"v{n}")
+            assert [r.text for r in odradek_broker_session.consume(odradek_topic)] == [f"v{n}"]
+            with open(f"seen-{n}", "w") as f:
+                f.write(f"{os.environ['PYTEST_XDIST_WORKER']} {bootstrap_servers}")
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-n", "2")
+    result.assert_outcomes(passed=4)
+    seen = {tuple((pytester.path / f"seen-{n}").read_text().split()) for n in range(4)}
+    workers = {worker for worker, _ in seen}
+    assert workers == {"gw0", "gw1"}
+    # One session broker per worker: as many addresses as workers.
+    assert len({address for _, address in seen}) == 2
+
+
 def test_a_failing_test_shows_the_brokers_log(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_fails="""
         def test_broken(odradek_broker):

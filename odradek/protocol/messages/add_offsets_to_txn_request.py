@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -21,7 +20,6 @@ from odradek.protocol.primitives import (
 _I64_I16 = Struct(">qh")
 
 
-@dataclass(slots=True)
 class AddOffsetsToTxnRequest(Message):
     """AddOffsetsToTxnRequest (api key 25): versions 0-4, flexible 3-4."""
 
@@ -31,16 +29,32 @@ class AddOffsetsToTxnRequest(Message):
     MAX_VERSION: ClassVar[int] = 4
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
 
-    transactional_id: str = ""
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "group_id", "unknown_tagged_fields",)
+
+    transactional_id: str
     """The transactional id corresponding to the transaction. (versions 0+)"""
-    producer_id: int = 0
+    producer_id: int
     """Current producer id in use by the transactional id. (versions 0+)"""
-    producer_epoch: int = 0
+    producer_epoch: int
     """Current epoch associated with the producer id. (versions 0+)"""
-    group_id: str = ""
+    group_id: str
     """The unique group identifier. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        transactional_id: str = "",
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        group_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.group_id = group_id
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_add_offsets_to_txn_request_v0_2(self: AddOffsetsToTxnRequest, out: bytearray) -> None:

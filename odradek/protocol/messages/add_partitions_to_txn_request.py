@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -27,37 +26,64 @@ _I64_I16 = Struct(">qh")
 _I64_I16_BOOL = Struct(">qh?")
 
 
-@dataclass(slots=True)
-class AddPartitionsToTxnTopic:
+class AddPartitionsToTxnTopic(Fields):
     """A AddPartitionsToTxnTopic of AddPartitionsToTxnRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The name of the topic. (versions 0+)"""
-    partitions: list[int] = field(default_factory=list)
+    partitions: list[int]
     """The partition indexes to add to the transaction (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class AddPartitionsToTxnTransaction:
+
+class AddPartitionsToTxnTransaction(Fields):
     """A AddPartitionsToTxnTransaction of AddPartitionsToTxnRequest."""
 
-    transactional_id: str = ""
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "verify_only", "topics", "unknown_tagged_fields",)
+
+    transactional_id: str
     """The transactional id corresponding to the transaction. (versions 4+)"""
-    producer_id: int = 0
+    producer_id: int
     """Current producer id in use by the transactional id. (versions 4+)"""
-    producer_epoch: int = 0
+    producer_epoch: int
     """Current epoch associated with the producer id. (versions 4+)"""
-    verify_only: bool = False
+    verify_only: bool
     """Boolean to signify if we want to check if the partition is in the transaction rather than add it. (versions 4+)"""
-    topics: list[AddPartitionsToTxnTopic] = field(default_factory=list)
+    topics: list[AddPartitionsToTxnTopic]
     """The partitions to add to the transaction. (versions 4+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        transactional_id: str = "",
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        verify_only: bool = False,
+        topics: list[AddPartitionsToTxnTopic] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.verify_only = verify_only
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class AddPartitionsToTxnRequest(Message):
     """AddPartitionsToTxnRequest (api key 24): versions 0-5, flexible 3-5."""
 
@@ -67,18 +93,36 @@ class AddPartitionsToTxnRequest(Message):
     MAX_VERSION: ClassVar[int] = 5
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
 
-    transactions: list[AddPartitionsToTxnTransaction] = field(default_factory=list)
+    __slots__ = ("transactions", "v3_and_below_transactional_id", "v3_and_below_producer_id", "v3_and_below_producer_epoch", "v3_and_below_topics", "unknown_tagged_fields",)
+
+    transactions: list[AddPartitionsToTxnTransaction]
     """List of transactions to add partitions to. (versions 4+)"""
-    v3_and_below_transactional_id: str = ""
+    v3_and_below_transactional_id: str
     """The transactional id corresponding to the transaction. (versions 0-3)"""
-    v3_and_below_producer_id: int = 0
+    v3_and_below_producer_id: int
     """Current producer id in use by the transactional id. (versions 0-3)"""
-    v3_and_below_producer_epoch: int = 0
+    v3_and_below_producer_epoch: int
     """Current epoch associated with the producer id. (versions 0-3)"""
-    v3_and_below_topics: list[AddPartitionsToTxnTopic] = field(default_factory=list)
+    v3_and_below_topics: list[AddPartitionsToTxnTopic]
     """The partitions to add to the transaction. (versions 0-3)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        transactions: list[AddPartitionsToTxnTransaction] = MISSING,
+        v3_and_below_transactional_id: str = "",
+        v3_and_below_producer_id: int = 0,
+        v3_and_below_producer_epoch: int = 0,
+        v3_and_below_topics: list[AddPartitionsToTxnTopic] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.transactions = list() if transactions is MISSING else transactions
+        self.v3_and_below_transactional_id = v3_and_below_transactional_id
+        self.v3_and_below_producer_id = v3_and_below_producer_id
+        self.v3_and_below_producer_epoch = v3_and_below_producer_epoch
+        self.v3_and_below_topics = list() if v3_and_below_topics is MISSING else v3_and_below_topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_add_partitions_to_txn_topic_v0_2(self: AddPartitionsToTxnTopic, out: bytearray) -> None:
@@ -140,7 +184,7 @@ def _decode_add_partitions_to_txn_transaction_v4_5(buf: Buffer, pos: int) -> tup
 
 
 def _encode_add_partitions_to_txn_request_v0_2(self: AddPartitionsToTxnRequest, out: bytearray) -> None:
-    if self.transactions:
+    if self.transactions != list():
         raise EncodeError("transactions exists only in versions 4+ and is not ignorable")
     write_string(out, self.v3_and_below_transactional_id)
     out += _I64_I16.pack(self.v3_and_below_producer_id, self.v3_and_below_producer_epoch)
@@ -162,7 +206,7 @@ def _decode_add_partitions_to_txn_request_v0_2(buf: Buffer, pos: int) -> tuple[A
 
 
 def _encode_add_partitions_to_txn_request_v3(self: AddPartitionsToTxnRequest, out: bytearray) -> None:
-    if self.transactions:
+    if self.transactions != list():
         raise EncodeError("transactions exists only in versions 4+ and is not ignorable")
     write_compact_string(out, self.v3_and_below_transactional_id)
     out += _I64_I16.pack(self.v3_and_below_producer_id, self.v3_and_below_producer_epoch)
@@ -198,7 +242,7 @@ def _encode_add_partitions_to_txn_request_v4_5(self: AddPartitionsToTxnRequest, 
         raise EncodeError("v3_and_below_producer_id exists only in versions 0-3 and is not ignorable")
     if self.v3_and_below_producer_epoch != 0:
         raise EncodeError("v3_and_below_producer_epoch exists only in versions 0-3 and is not ignorable")
-    if self.v3_and_below_topics:
+    if self.v3_and_below_topics != list():
         raise EncodeError("v3_and_below_topics exists only in versions 0-3 and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)

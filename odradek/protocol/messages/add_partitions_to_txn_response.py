@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -27,43 +26,75 @@ _I32 = Struct(">i")
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class AddPartitionsToTxnPartitionResult:
+class AddPartitionsToTxnPartitionResult(Fields):
     """A AddPartitionsToTxnPartitionResult of AddPartitionsToTxnResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "partition_error_code", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition indexes. (versions 0+)"""
-    partition_error_code: int = 0
+    partition_error_code: int
     """The response error code. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        partition_error_code: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.partition_error_code = partition_error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class AddPartitionsToTxnTopicResult:
+
+class AddPartitionsToTxnTopicResult(Fields):
     """A AddPartitionsToTxnTopicResult of AddPartitionsToTxnResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "results_by_partition", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    results_by_partition: list[AddPartitionsToTxnPartitionResult] = field(default_factory=list)
+    results_by_partition: list[AddPartitionsToTxnPartitionResult]
     """The results for each partition (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        results_by_partition: list[AddPartitionsToTxnPartitionResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.results_by_partition = list() if results_by_partition is MISSING else results_by_partition
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class AddPartitionsToTxnResult:
+
+class AddPartitionsToTxnResult(Fields):
     """A AddPartitionsToTxnResult of AddPartitionsToTxnResponse."""
 
-    transactional_id: str = ""
+    __slots__ = ("transactional_id", "topic_results", "unknown_tagged_fields",)
+
+    transactional_id: str
     """The transactional id corresponding to the transaction. (versions 4+)"""
-    topic_results: list[AddPartitionsToTxnTopicResult] = field(default_factory=list)
+    topic_results: list[AddPartitionsToTxnTopicResult]
     """The results for each topic. (versions 4+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        transactional_id: str = "",
+        topic_results: list[AddPartitionsToTxnTopicResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.topic_results = list() if topic_results is MISSING else topic_results
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class AddPartitionsToTxnResponse(Message):
     """AddPartitionsToTxnResponse (api key 24): versions 0-5, flexible 3-5."""
 
@@ -73,16 +104,32 @@ class AddPartitionsToTxnResponse(Message):
     MAX_VERSION: ClassVar[int] = 5
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "results_by_transaction", "results_by_topic_v3_and_below", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """Duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The response top level error code. (versions 4+)"""
-    results_by_transaction: list[AddPartitionsToTxnResult] = field(default_factory=list)
+    results_by_transaction: list[AddPartitionsToTxnResult]
     """Results categorized by transactional ID. (versions 4+)"""
-    results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult] = field(default_factory=list)
+    results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult]
     """The results for each topic. (versions 0-3)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        results_by_transaction: list[AddPartitionsToTxnResult] = MISSING,
+        results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.results_by_transaction = list() if results_by_transaction is MISSING else results_by_transaction
+        self.results_by_topic_v3_and_below = list() if results_by_topic_v3_and_below is MISSING else results_by_topic_v3_and_below
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_add_partitions_to_txn_partition_result_v0_2(self: AddPartitionsToTxnPartitionResult, out: bytearray) -> None:
@@ -172,7 +219,7 @@ def _decode_add_partitions_to_txn_result_v4_5(buf: Buffer, pos: int) -> tuple[Ad
 
 
 def _encode_add_partitions_to_txn_response_v0_2(self: AddPartitionsToTxnResponse, out: bytearray) -> None:
-    if self.results_by_transaction:
+    if self.results_by_transaction != list():
         raise EncodeError("results_by_transaction exists only in versions 4+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     out += INT32.pack(len(self.results_by_topic_v3_and_below))
@@ -192,7 +239,7 @@ def _decode_add_partitions_to_txn_response_v0_2(buf: Buffer, pos: int) -> tuple[
 
 
 def _encode_add_partitions_to_txn_response_v3(self: AddPartitionsToTxnResponse, out: bytearray) -> None:
-    if self.results_by_transaction:
+    if self.results_by_transaction != list():
         raise EncodeError("results_by_transaction exists only in versions 4+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.results_by_topic_v3_and_below) + 1)
@@ -221,7 +268,7 @@ def _encode_add_partitions_to_txn_response_v4_5(self: AddPartitionsToTxnResponse
     write_uvarint(out, len(self.results_by_transaction) + 1)
     for results_by_transaction_item in self.results_by_transaction:
         _encode_add_partitions_to_txn_result_v4_5(results_by_transaction_item, out)
-    if self.results_by_topic_v3_and_below:
+    if self.results_by_topic_v3_and_below != list():
         raise EncodeError("results_by_topic_v3_and_below exists only in versions 0-3 and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -27,21 +26,33 @@ _I32_I32 = Struct(">ii")
 _U16 = Struct(">H")
 
 
-@dataclass(slots=True)
-class Listener:
+class Listener(Fields):
     """A Listener of AddRaftVoterRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "host", "port", "unknown_tagged_fields",)
+
+    name: str
     """The name of the endpoint (versions 0+)"""
-    host: str = ""
+    host: str
     """The hostname (versions 0+)"""
-    port: int = 0
+    port: int
     """The port (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class AddRaftVoterRequest(Message):
     """AddRaftVoterRequest (api key 80): versions 0, flexible 0."""
 
@@ -51,18 +62,36 @@ class AddRaftVoterRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    cluster_id: str | None = ""
+    __slots__ = ("cluster_id", "timeout_ms", "voter_id", "voter_directory_id", "listeners", "unknown_tagged_fields",)
+
+    cluster_id: str | None
     """(versions 0+)"""
-    timeout_ms: int = 0
+    timeout_ms: int
     """(versions 0+)"""
-    voter_id: int = 0
+    voter_id: int
     """The replica id of the voter getting added to the topic partition (versions 0+)"""
-    voter_directory_id: UUID = ZERO_UUID
+    voter_directory_id: UUID
     """The directory id of the voter getting added to the topic partition (versions 0+)"""
-    listeners: list[Listener] = field(default_factory=list)
+    listeners: list[Listener]
     """The endpoints that can be used to communicate with the voter (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        cluster_id: str | None = "",
+        timeout_ms: int = 0,
+        voter_id: int = 0,
+        voter_directory_id: UUID = ZERO_UUID,
+        listeners: list[Listener] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.timeout_ms = timeout_ms
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
+        self.listeners = list() if listeners is MISSING else listeners
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_listener_v0(self: Listener, out: bytearray) -> None:

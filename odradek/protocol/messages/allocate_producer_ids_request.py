@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -17,7 +16,6 @@ from odradek.protocol.primitives import (
 _I32_I64 = Struct(">iq")
 
 
-@dataclass(slots=True)
 class AllocateProducerIdsRequest(Message):
     """AllocateProducerIdsRequest (api key 67): versions 0, flexible 0."""
 
@@ -27,12 +25,24 @@ class AllocateProducerIdsRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    broker_id: int = 0
+    __slots__ = ("broker_id", "broker_epoch", "unknown_tagged_fields",)
+
+    broker_id: int
     """The ID of the requesting broker (versions 0+)"""
-    broker_epoch: int = -1
+    broker_epoch: int
     """The epoch of the requesting broker (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_allocate_producer_ids_request_v0(self: AllocateProducerIdsRequest, out: bytearray) -> None:

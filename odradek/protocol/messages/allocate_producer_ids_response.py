@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -17,7 +16,6 @@ from odradek.protocol.primitives import (
 _I32_I16_I64_I32 = Struct(">ihqi")
 
 
-@dataclass(slots=True)
 class AllocateProducerIdsResponse(Message):
     """AllocateProducerIdsResponse (api key 67): versions 0, flexible 0."""
 
@@ -27,16 +25,32 @@ class AllocateProducerIdsResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "producer_id_start", "producer_id_len", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The top level response error code (versions 0+)"""
-    producer_id_start: int = 0
+    producer_id_start: int
     """The first producer ID in this range, inclusive (versions 0+)"""
-    producer_id_len: int = 0
+    producer_id_len: int
     """The number of producer IDs in this range (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        producer_id_start: int = 0,
+        producer_id_len: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.producer_id_start = producer_id_start
+        self.producer_id_len = producer_id_len
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_allocate_producer_ids_response_v0(self: AllocateProducerIdsResponse, out: bytearray) -> None:

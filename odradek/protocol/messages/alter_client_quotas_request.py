@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -30,45 +29,79 @@ _BOOL = Struct(">?")
 _F64_BOOL = Struct(">d?")
 
 
-@dataclass(slots=True)
-class EntityData:
+class EntityData(Fields):
     """A EntityData of AlterClientQuotasRequest."""
 
-    entity_type: str = ""
+    __slots__ = ("entity_type", "entity_name", "unknown_tagged_fields",)
+
+    entity_type: str
     """The entity type. (versions 0+)"""
-    entity_name: str | None = ""
+    entity_name: str | None
     """The name of the entity, or null if the default. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        entity_type: str = "",
+        entity_name: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.entity_type = entity_type
+        self.entity_name = entity_name
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class OpData:
+
+class OpData(Fields):
     """A OpData of AlterClientQuotasRequest."""
 
-    key: str = ""
+    __slots__ = ("key", "value", "remove", "unknown_tagged_fields",)
+
+    key: str
     """The quota configuration key. (versions 0+)"""
-    value: float = 0.0
+    value: float
     """The value to set, otherwise ignored if the value is to be removed. (versions 0+)"""
-    remove: bool = False
+    remove: bool
     """Whether the quota configuration value should be removed, otherwise set. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        key: str = "",
+        value: float = 0.0,
+        remove: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.key = key
+        self.value = value
+        self.remove = remove
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class EntryData:
+
+class EntryData(Fields):
     """A EntryData of AlterClientQuotasRequest."""
 
-    entity: list[EntityData] = field(default_factory=list)
+    __slots__ = ("entity", "ops", "unknown_tagged_fields",)
+
+    entity: list[EntityData]
     """The quota entity to alter. (versions 0+)"""
-    ops: list[OpData] = field(default_factory=list)
+    ops: list[OpData]
     """An individual quota configuration entry to alter. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        entity: list[EntityData] = MISSING,
+        ops: list[OpData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.entity = list() if entity is MISSING else entity
+        self.ops = list() if ops is MISSING else ops
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class AlterClientQuotasRequest(Message):
     """AlterClientQuotasRequest (api key 49): versions 0-1, flexible 1."""
 
@@ -78,12 +111,24 @@ class AlterClientQuotasRequest(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 1
 
-    entries: list[EntryData] = field(default_factory=list)
+    __slots__ = ("entries", "validate_only", "unknown_tagged_fields",)
+
+    entries: list[EntryData]
     """The quota configuration entries to alter. (versions 0+)"""
-    validate_only: bool = False
+    validate_only: bool
     """Whether the alteration should be validated, but not performed. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        entries: list[EntryData] = MISSING,
+        validate_only: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.entries = list() if entries is MISSING else entries
+        self.validate_only = validate_only
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_entity_data_v0(self: EntityData, out: bytearray) -> None:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -30,33 +29,56 @@ _I16 = Struct(">h")
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class EntityData:
+class EntityData(Fields):
     """A EntityData of AlterClientQuotasResponse."""
 
-    entity_type: str = ""
+    __slots__ = ("entity_type", "entity_name", "unknown_tagged_fields",)
+
+    entity_type: str
     """The entity type. (versions 0+)"""
-    entity_name: str | None = ""
+    entity_name: str | None
     """The name of the entity, or null if the default. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        entity_type: str = "",
+        entity_name: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.entity_type = entity_type
+        self.entity_name = entity_name
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class EntryData:
+
+class EntryData(Fields):
     """A EntryData of AlterClientQuotasResponse."""
 
-    error_code: int = 0
+    __slots__ = ("error_code", "error_message", "entity", "unknown_tagged_fields",)
+
+    error_code: int
     """The error code, or `0` if the quota alteration succeeded. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The error message, or `null` if the quota alteration succeeded. (versions 0+)"""
-    entity: list[EntityData] = field(default_factory=list)
+    entity: list[EntityData]
     """The quota entity to alter. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = "",
+        entity: list[EntityData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.entity = list() if entity is MISSING else entity
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class AlterClientQuotasResponse(Message):
     """AlterClientQuotasResponse (api key 49): versions 0-1, flexible 1."""
 
@@ -66,12 +88,24 @@ class AlterClientQuotasResponse(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 1
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "entries", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    entries: list[EntryData] = field(default_factory=list)
+    entries: list[EntryData]
     """The quota configuration entries to alter. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        entries: list[EntryData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.entries = list() if entries is MISSING else entries
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_entity_data_v0(self: EntityData, out: bytearray) -> None:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -30,33 +29,56 @@ _BOOL = Struct(">?")
 _I8 = Struct(">b")
 
 
-@dataclass(slots=True)
-class AlterableConfig:
+class AlterableConfig(Fields):
     """A AlterableConfig of AlterConfigsRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "value", "unknown_tagged_fields",)
+
+    name: str
     """The configuration key name. (versions 0+)"""
-    value: str | None = ""
+    value: str | None
     """The value to set for the configuration key. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        value: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class AlterConfigsResource:
+
+class AlterConfigsResource(Fields):
     """A AlterConfigsResource of AlterConfigsRequest."""
 
-    resource_type: int = 0
+    __slots__ = ("resource_type", "resource_name", "configs", "unknown_tagged_fields",)
+
+    resource_type: int
     """The resource type. (versions 0+)"""
-    resource_name: str = ""
+    resource_name: str
     """The resource name. (versions 0+)"""
-    configs: list[AlterableConfig] = field(default_factory=list)
+    configs: list[AlterableConfig]
     """The configurations. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        resource_type: int = 0,
+        resource_name: str = "",
+        configs: list[AlterableConfig] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.configs = list() if configs is MISSING else configs
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class AlterConfigsRequest(Message):
     """AlterConfigsRequest (api key 33): versions 0-2, flexible 2."""
 
@@ -66,12 +88,24 @@ class AlterConfigsRequest(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    resources: list[AlterConfigsResource] = field(default_factory=list)
+    __slots__ = ("resources", "validate_only", "unknown_tagged_fields",)
+
+    resources: list[AlterConfigsResource]
     """The updates for each resource. (versions 0+)"""
-    validate_only: bool = False
+    validate_only: bool
     """True if we should validate the request, but not change the configurations. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        resources: list[AlterConfigsResource] = MISSING,
+        validate_only: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.resources = list() if resources is MISSING else resources
+        self.validate_only = validate_only
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_alterable_config_v0_1(self: AlterableConfig, out: bytearray) -> None:

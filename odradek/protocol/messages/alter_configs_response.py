@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -31,23 +30,37 @@ _I32 = Struct(">i")
 _I8 = Struct(">b")
 
 
-@dataclass(slots=True)
-class AlterConfigsResourceResponse:
+class AlterConfigsResourceResponse(Fields):
     """A AlterConfigsResourceResponse of AlterConfigsResponse."""
 
-    error_code: int = 0
+    __slots__ = ("error_code", "error_message", "resource_type", "resource_name", "unknown_tagged_fields",)
+
+    error_code: int
     """The resource error code. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The resource error message, or null if there was no error. (versions 0+)"""
-    resource_type: int = 0
+    resource_type: int
     """The resource type. (versions 0+)"""
-    resource_name: str = ""
+    resource_name: str
     """The resource name. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = "",
+        resource_type: int = 0,
+        resource_name: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class AlterConfigsResponse(Message):
     """AlterConfigsResponse (api key 33): versions 0-2, flexible 2."""
 
@@ -57,12 +70,24 @@ class AlterConfigsResponse(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "responses", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """Duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    responses: list[AlterConfigsResourceResponse] = field(default_factory=list)
+    responses: list[AlterConfigsResourceResponse]
     """The responses for each resource. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        responses: list[AlterConfigsResourceResponse] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.responses = list() if responses is MISSING else responses
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_alter_configs_resource_response_v0_1(self: AlterConfigsResourceResponse, out: bytearray) -> None:

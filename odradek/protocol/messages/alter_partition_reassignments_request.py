@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -21,31 +20,52 @@ from odradek.protocol.primitives import (
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class ReassignablePartition:
+class ReassignablePartition(Fields):
     """A ReassignablePartition of AlterPartitionReassignmentsRequest."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "replicas", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    replicas: list[int] | None = None
+    replicas: list[int] | None
     """The replicas to place the partitions on, or null to cancel a pending reassignment for this partition. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        replicas: list[int] | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.replicas = replicas
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class ReassignableTopic:
+
+class ReassignableTopic(Fields):
     """A ReassignableTopic of AlterPartitionReassignmentsRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    partitions: list[ReassignablePartition] = field(default_factory=list)
+    partitions: list[ReassignablePartition]
     """The partitions to reassign. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[ReassignablePartition] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class AlterPartitionReassignmentsRequest(Message):
     """AlterPartitionReassignmentsRequest (api key 45): versions 0, flexible 0."""
 
@@ -55,12 +75,24 @@ class AlterPartitionReassignmentsRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    timeout_ms: int = 60000
+    __slots__ = ("timeout_ms", "topics", "unknown_tagged_fields",)
+
+    timeout_ms: int
     """The time in ms to wait for the request to complete. (versions 0+)"""
-    topics: list[ReassignableTopic] = field(default_factory=list)
+    topics: list[ReassignableTopic]
     """The topics to reassign. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        timeout_ms: int = 60000,
+        topics: list[ReassignableTopic] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.timeout_ms = timeout_ms
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_reassignable_partition_v0(self: ReassignablePartition, out: bytearray) -> None:

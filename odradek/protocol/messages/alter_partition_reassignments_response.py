@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -23,33 +22,56 @@ from odradek.protocol.primitives import (
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class ReassignablePartitionResponse:
+class ReassignablePartitionResponse(Fields):
     """A ReassignablePartitionResponse of AlterPartitionReassignmentsResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "error_code", "error_message", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code for this partition, or 0 if there was no error. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The error message for this partition, or null if there was no error. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class ReassignableTopicResponse:
+
+class ReassignableTopicResponse(Fields):
     """A ReassignableTopicResponse of AlterPartitionReassignmentsResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The topic name (versions 0+)"""
-    partitions: list[ReassignablePartitionResponse] = field(default_factory=list)
+    partitions: list[ReassignablePartitionResponse]
     """The responses to partitions to reassign (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[ReassignablePartitionResponse] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class AlterPartitionReassignmentsResponse(Message):
     """AlterPartitionReassignmentsResponse (api key 45): versions 0, flexible 0."""
 
@@ -59,16 +81,32 @@ class AlterPartitionReassignmentsResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "responses", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The top-level error code, or 0 if there was no error. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The top-level error message, or null if there was no error. (versions 0+)"""
-    responses: list[ReassignableTopicResponse] = field(default_factory=list)
+    responses: list[ReassignableTopicResponse]
     """The responses to topics to reassign. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        responses: list[ReassignableTopicResponse] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.responses = list() if responses is MISSING else responses
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_reassignable_partition_response_v0(self: ReassignablePartitionResponse, out: bytearray) -> None:

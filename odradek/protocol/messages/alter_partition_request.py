@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -28,53 +27,95 @@ _I32_I64 = Struct(">iq")
 _I8_I32 = Struct(">bi")
 
 
-@dataclass(slots=True)
-class BrokerState:
+class BrokerState(Fields):
     """A BrokerState of AlterPartitionRequest."""
 
-    broker_id: int = 0
+    __slots__ = ("broker_id", "broker_epoch", "unknown_tagged_fields",)
+
+    broker_id: int
     """The ID of the broker. (versions 3+)"""
-    broker_epoch: int = -1
+    broker_epoch: int
     """The epoch of the broker. It will be -1 if the epoch check is not supported. (versions 3+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class PartitionData:
+
+class PartitionData(Fields):
     """A PartitionData of AlterPartitionRequest."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "leader_epoch", "new_isr", "new_isr_with_epochs", "leader_recovery_state", "partition_epoch", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index (versions 0+)"""
-    leader_epoch: int = 0
+    leader_epoch: int
     """The leader epoch of this partition (versions 0+)"""
-    new_isr: list[int] = field(default_factory=list)
+    new_isr: list[int]
     """The ISR for this partition. Deprecated since version 3. (versions 0-2)"""
-    new_isr_with_epochs: list[BrokerState] = field(default_factory=list)
+    new_isr_with_epochs: list[BrokerState]
     """(versions 3+)"""
-    leader_recovery_state: int = 0
+    leader_recovery_state: int
     """1 if the partition is recovering from an unclean leader election; 0 otherwise. (versions 1+)"""
-    partition_epoch: int = 0
+    partition_epoch: int
     """The expected epoch of the partition which is being updated. For legacy cluster this is the ZkVersion in the LeaderAndIsr request. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        leader_epoch: int = 0,
+        new_isr: list[int] = MISSING,
+        new_isr_with_epochs: list[BrokerState] = MISSING,
+        leader_recovery_state: int = 0,
+        partition_epoch: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.leader_epoch = leader_epoch
+        self.new_isr = list() if new_isr is MISSING else new_isr
+        self.new_isr_with_epochs = list() if new_isr_with_epochs is MISSING else new_isr_with_epochs
+        self.leader_recovery_state = leader_recovery_state
+        self.partition_epoch = partition_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class TopicData:
+
+class TopicData(Fields):
     """A TopicData of AlterPartitionRequest."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "topic_id", "partitions", "unknown_tagged_fields",)
+
+    topic_name: str
     """The name of the topic to alter ISRs for (versions 0-1)"""
-    topic_id: UUID = ZERO_UUID
+    topic_id: UUID
     """The ID of the topic to alter ISRs for (versions 2+)"""
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        topic_id: UUID = ZERO_UUID,
+        partitions: list[PartitionData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class AlterPartitionRequest(Message):
     """AlterPartitionRequest (api key 56): versions 0-3, flexible 0-3."""
 
@@ -84,14 +125,28 @@ class AlterPartitionRequest(Message):
     MAX_VERSION: ClassVar[int] = 3
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    broker_id: int = 0
+    __slots__ = ("broker_id", "broker_epoch", "topics", "unknown_tagged_fields",)
+
+    broker_id: int
     """The ID of the requesting broker (versions 0+)"""
-    broker_epoch: int = -1
+    broker_epoch: int
     """The epoch of the requesting broker (versions 0+)"""
-    topics: list[TopicData] = field(default_factory=list)
+    topics: list[TopicData]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+        topics: list[TopicData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_broker_state_v3(self: BrokerState, out: bytearray) -> None:
@@ -113,7 +168,7 @@ def _encode_partition_data_v0(self: PartitionData, out: bytearray) -> None:
     out += _I32_I32.pack(self.partition_index, self.leader_epoch)
     write_uvarint(out, len(self.new_isr) + 1)
     out += pack(f">{len(self.new_isr)}i", *self.new_isr)
-    if self.new_isr_with_epochs:
+    if self.new_isr_with_epochs != list():
         raise EncodeError("new_isr_with_epochs exists only in versions 3+ and is not ignorable")
     if self.leader_recovery_state != 0:
         raise EncodeError("leader_recovery_state exists only in versions 1+ and is not ignorable")
@@ -140,7 +195,7 @@ def _encode_partition_data_v1_2(self: PartitionData, out: bytearray) -> None:
     out += _I32_I32.pack(self.partition_index, self.leader_epoch)
     write_uvarint(out, len(self.new_isr) + 1)
     out += pack(f">{len(self.new_isr)}i", *self.new_isr)
-    if self.new_isr_with_epochs:
+    if self.new_isr_with_epochs != list():
         raise EncodeError("new_isr_with_epochs exists only in versions 3+ and is not ignorable")
     out += _I8_I32.pack(self.leader_recovery_state, self.partition_epoch)
     if self.unknown_tagged_fields:
@@ -162,7 +217,7 @@ def _decode_partition_data_v1_2(buf: Buffer, pos: int) -> tuple[PartitionData, i
 
 
 def _encode_partition_data_v3(self: PartitionData, out: bytearray) -> None:
-    if self.new_isr:
+    if self.new_isr != list():
         raise EncodeError("new_isr exists only in versions 0-2 and is not ignorable")
     out += _I32_I32.pack(self.partition_index, self.leader_epoch)
     write_uvarint(out, len(self.new_isr_with_epochs) + 1)

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -27,43 +26,76 @@ _I32_I16_I32_I32 = Struct(">ihii")
 _I8_I32 = Struct(">bi")
 
 
-@dataclass(slots=True)
-class PartitionData:
+class PartitionData(Fields):
     """A PartitionData of AlterPartitionResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "error_code", "leader_id", "leader_epoch", "isr", "leader_recovery_state", "partition_epoch", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The partition level error code (versions 0+)"""
-    leader_id: int = 0
+    leader_id: int
     """The broker ID of the leader. (versions 0+)"""
-    leader_epoch: int = 0
+    leader_epoch: int
     """The leader epoch. (versions 0+)"""
-    isr: list[int] = field(default_factory=list)
+    isr: list[int]
     """The in-sync replica IDs. (versions 0+)"""
-    leader_recovery_state: int = 0
+    leader_recovery_state: int
     """1 if the partition is recovering from an unclean leader election; 0 otherwise. (versions 1+)"""
-    partition_epoch: int = 0
+    partition_epoch: int
     """The current epoch for the partition for KRaft controllers. The current ZK version for the legacy controllers. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        isr: list[int] = MISSING,
+        leader_recovery_state: int = 0,
+        partition_epoch: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.isr = list() if isr is MISSING else isr
+        self.leader_recovery_state = leader_recovery_state
+        self.partition_epoch = partition_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class TopicData:
+
+class TopicData(Fields):
     """A TopicData of AlterPartitionResponse."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "topic_id", "partitions", "unknown_tagged_fields",)
+
+    topic_name: str
     """The name of the topic (versions 0-1)"""
-    topic_id: UUID = ZERO_UUID
+    topic_id: UUID
     """The ID of the topic (versions 2+)"""
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        topic_id: UUID = ZERO_UUID,
+        partitions: list[PartitionData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class AlterPartitionResponse(Message):
     """AlterPartitionResponse (api key 56): versions 0-3, flexible 0-3."""
 
@@ -73,14 +105,28 @@ class AlterPartitionResponse(Message):
     MAX_VERSION: ClassVar[int] = 3
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "topics", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The top level response error code (versions 0+)"""
-    topics: list[TopicData] = field(default_factory=list)
+    topics: list[TopicData]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        topics: list[TopicData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_partition_data_v0(self: PartitionData, out: bytearray) -> None:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import pack, unpack_from
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -23,31 +22,52 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
-class AlterReplicaLogDirTopic:
+class AlterReplicaLogDirTopic(Fields):
     """A AlterReplicaLogDirTopic of AlterReplicaLogDirsRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    partitions: list[int] = field(default_factory=list)
+    partitions: list[int]
     """The partition indexes. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class AlterReplicaLogDir:
+
+class AlterReplicaLogDir(Fields):
     """A AlterReplicaLogDir of AlterReplicaLogDirsRequest."""
 
-    path: str = ""
+    __slots__ = ("path", "topics", "unknown_tagged_fields",)
+
+    path: str
     """The absolute directory path. (versions 0+)"""
-    topics: list[AlterReplicaLogDirTopic] = field(default_factory=list)
+    topics: list[AlterReplicaLogDirTopic]
     """The topics to add to the directory. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        path: str = "",
+        topics: list[AlterReplicaLogDirTopic] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.path = path
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class AlterReplicaLogDirsRequest(Message):
     """AlterReplicaLogDirsRequest (api key 34): versions 0-2, deprecated 0, flexible 2."""
 
@@ -57,10 +77,20 @@ class AlterReplicaLogDirsRequest(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    dirs: list[AlterReplicaLogDir] = field(default_factory=list)
+    __slots__ = ("dirs", "unknown_tagged_fields",)
+
+    dirs: list[AlterReplicaLogDir]
     """The alterations to make for each directory. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        dirs: list[AlterReplicaLogDir] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.dirs = list() if dirs is MISSING else dirs
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_alter_replica_log_dir_topic_v0_1(self: AlterReplicaLogDirTopic, out: bytearray) -> None:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -26,31 +25,52 @@ _I32 = Struct(">i")
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class AlterReplicaLogDirPartitionResult:
+class AlterReplicaLogDirPartitionResult(Fields):
     """A AlterReplicaLogDirPartitionResult of AlterReplicaLogDirsResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "error_code", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class AlterReplicaLogDirTopicResult:
+
+class AlterReplicaLogDirTopicResult(Fields):
     """A AlterReplicaLogDirTopicResult of AlterReplicaLogDirsResponse."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "partitions", "unknown_tagged_fields",)
+
+    topic_name: str
     """The name of the topic. (versions 0+)"""
-    partitions: list[AlterReplicaLogDirPartitionResult] = field(default_factory=list)
+    partitions: list[AlterReplicaLogDirPartitionResult]
     """The results for each partition. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        partitions: list[AlterReplicaLogDirPartitionResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class AlterReplicaLogDirsResponse(Message):
     """AlterReplicaLogDirsResponse (api key 34): versions 0-2, flexible 2."""
 
@@ -60,12 +80,24 @@ class AlterReplicaLogDirsResponse(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "results", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """Duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    results: list[AlterReplicaLogDirTopicResult] = field(default_factory=list)
+    results: list[AlterReplicaLogDirTopicResult]
     """The results for each topic. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        results: list[AlterReplicaLogDirTopicResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = list() if results is MISSING else results
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_alter_replica_log_dir_partition_result_v0_1(self: AlterReplicaLogDirPartitionResult, out: bytearray) -> None:

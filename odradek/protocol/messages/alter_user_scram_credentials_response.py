@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -24,21 +23,33 @@ _I16 = Struct(">h")
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class AlterUserScramCredentialsResult:
+class AlterUserScramCredentialsResult(Fields):
     """A AlterUserScramCredentialsResult of AlterUserScramCredentialsResponse."""
 
-    user: str = ""
+    __slots__ = ("user", "error_code", "error_message", "unknown_tagged_fields",)
+
+    user: str
     """The user name. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The error message, if any. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        user: str = "",
+        error_code: int = 0,
+        error_message: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.user = user
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class AlterUserScramCredentialsResponse(Message):
     """AlterUserScramCredentialsResponse (api key 51): versions 0, flexible 0."""
 
@@ -48,12 +59,24 @@ class AlterUserScramCredentialsResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "results", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    results: list[AlterUserScramCredentialsResult] = field(default_factory=list)
+    results: list[AlterUserScramCredentialsResult]
     """The results for deletions and alterations, one per affected user. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        results: list[AlterUserScramCredentialsResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = list() if results is MISSING else results
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_alter_user_scram_credentials_result_v0(self: AlterUserScramCredentialsResult, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from odradek.protocol.message import Message
@@ -16,7 +15,6 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class ApiVersionsRequest(Message):
     """ApiVersionsRequest (api key 18): versions 0-4, flexible 3-4."""
 
@@ -26,12 +24,24 @@ class ApiVersionsRequest(Message):
     MAX_VERSION: ClassVar[int] = 4
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
 
-    client_software_name: str = ""
+    __slots__ = ("client_software_name", "client_software_version", "unknown_tagged_fields",)
+
+    client_software_name: str
     """The name of the client. (versions 3+)"""
-    client_software_version: str = ""
+    client_software_version: str
     """The version of the client. (versions 3+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        client_software_name: str = "",
+        client_software_version: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.client_software_name = client_software_name
+        self.client_software_version = client_software_version
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_api_versions_request_v0_2(self: ApiVersionsRequest, out: bytearray) -> None:

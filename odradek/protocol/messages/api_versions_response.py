@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -31,49 +30,87 @@ _I32 = Struct(">i")
 _I64 = Struct(">q")
 
 
-@dataclass(slots=True)
-class ApiVersion:
+class ApiVersion(Fields):
     """A ApiVersion of ApiVersionsResponse."""
 
-    api_key: int = 0
+    __slots__ = ("api_key", "min_version", "max_version", "unknown_tagged_fields",)
+
+    api_key: int
     """The API index. (versions 0+)"""
-    min_version: int = 0
+    min_version: int
     """The minimum supported version, inclusive. (versions 0+)"""
-    max_version: int = 0
+    max_version: int
     """The maximum supported version, inclusive. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        api_key: int = 0,
+        min_version: int = 0,
+        max_version: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.api_key = api_key
+        self.min_version = min_version
+        self.max_version = max_version
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class SupportedFeatureKey:
+
+class SupportedFeatureKey(Fields):
     """A SupportedFeatureKey of ApiVersionsResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "min_version", "max_version", "unknown_tagged_fields",)
+
+    name: str
     """The name of the feature. (versions 3+)"""
-    min_version: int = 0
+    min_version: int
     """The minimum supported version for the feature. (versions 3+)"""
-    max_version: int = 0
+    max_version: int
     """The maximum supported version for the feature. (versions 3+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        min_version: int = 0,
+        max_version: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.min_version = min_version
+        self.max_version = max_version
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class FinalizedFeatureKey:
+
+class FinalizedFeatureKey(Fields):
     """A FinalizedFeatureKey of ApiVersionsResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "max_version_level", "min_version_level", "unknown_tagged_fields",)
+
+    name: str
     """The name of the feature. (versions 3+)"""
-    max_version_level: int = 0
+    max_version_level: int
     """The cluster-wide finalized max version level for the feature. (versions 3+)"""
-    min_version_level: int = 0
+    min_version_level: int
     """The cluster-wide finalized min version level for the feature. (versions 3+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        max_version_level: int = 0,
+        min_version_level: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.max_version_level = max_version_level
+        self.min_version_level = min_version_level
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ApiVersionsResponse(Message):
     """ApiVersionsResponse (api key 18): versions 0-4, flexible 3-4."""
 
@@ -83,22 +120,44 @@ class ApiVersionsResponse(Message):
     MAX_VERSION: ClassVar[int] = 4
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
 
-    error_code: int = 0
+    __slots__ = ("error_code", "api_keys", "throttle_time_ms", "supported_features", "finalized_features_epoch", "finalized_features", "zk_migration_ready", "unknown_tagged_fields",)
+
+    error_code: int
     """The top-level error code. (versions 0+)"""
-    api_keys: list[ApiVersion] = field(default_factory=list)
+    api_keys: list[ApiVersion]
     """The APIs supported by the broker. (versions 0+)"""
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 1+)"""
-    supported_features: list[SupportedFeatureKey] = field(default_factory=list)
+    supported_features: list[SupportedFeatureKey]
     """Features supported by the broker. Note: in v0-v3, features with MinSupportedVersion = 0 are omitted. (versions 3+, tag 0)"""
-    finalized_features_epoch: int = -1
+    finalized_features_epoch: int
     """The monotonically increasing epoch for the finalized features information. Valid values are >= 0. A value of -1 is special and represents unknown epoch. (versions 3+, tag 1)"""
-    finalized_features: list[FinalizedFeatureKey] = field(default_factory=list)
+    finalized_features: list[FinalizedFeatureKey]
     """List of cluster-wide finalized features. The information is valid only if FinalizedFeaturesEpoch >= 0. (versions 3+, tag 2)"""
-    zk_migration_ready: bool = False
+    zk_migration_ready: bool
     """Set by a KRaft controller if the required configurations for ZK migration are present (versions 3+, tag 3)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        api_keys: list[ApiVersion] = MISSING,
+        throttle_time_ms: int = 0,
+        supported_features: list[SupportedFeatureKey] = MISSING,
+        finalized_features_epoch: int = -1,
+        finalized_features: list[FinalizedFeatureKey] = MISSING,
+        zk_migration_ready: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.api_keys = list() if api_keys is MISSING else api_keys
+        self.throttle_time_ms = throttle_time_ms
+        self.supported_features = list() if supported_features is MISSING else supported_features
+        self.finalized_features_epoch = finalized_features_epoch
+        self.finalized_features = list() if finalized_features is MISSING else finalized_features
+        self.zk_migration_ready = zk_migration_ready
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_api_version_v0_2(self: ApiVersion, out: bytearray) -> None:
@@ -206,7 +265,7 @@ def _encode_api_versions_response_v3_4(self: ApiVersionsResponse, out: bytearray
         _encode_api_version_v3_4(api_keys_item, out)
     out += _I32.pack(self.throttle_time_ms)
     tagged: list[tuple[int, Buffer]] = []
-    if self.supported_features:
+    if self.supported_features != list():
         data = bytearray()
         write_uvarint(data, len(self.supported_features) + 1)
         for supported_features_item in self.supported_features:
@@ -216,7 +275,7 @@ def _encode_api_versions_response_v3_4(self: ApiVersionsResponse, out: bytearray
         data = bytearray()
         data += _I64.pack(self.finalized_features_epoch)
         tagged.append((1, data))
-    if self.finalized_features:
+    if self.finalized_features != list():
         data = bytearray()
         write_uvarint(data, len(self.finalized_features) + 1)
         for finalized_features_item in self.finalized_features:
@@ -239,9 +298,9 @@ def _decode_api_versions_response_v3_4(buf: Buffer, pos: int) -> tuple[ApiVersio
         api_keys.append(api_keys_item)
     (throttle_time_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
-    supported_features = []
+    supported_features = list()
     finalized_features_epoch = -1
-    finalized_features = []
+    finalized_features = list()
     zk_migration_ready = False
     unknown = None
     tagged_count, pos = read_uvarint(buf, pos)

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -23,41 +22,71 @@ _I32 = Struct(">i")
 _I32_I64 = Struct(">iq")
 
 
-@dataclass(slots=True)
-class PartitionData:
+class PartitionData(Fields):
     """A PartitionData of AssignReplicasToDirsRequest."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class TopicData:
+
+class TopicData(Fields):
     """A TopicData of AssignReplicasToDirsRequest."""
 
-    topic_id: UUID = ZERO_UUID
+    __slots__ = ("topic_id", "partitions", "unknown_tagged_fields",)
+
+    topic_id: UUID
     """The ID of the assigned topic (versions 0+)"""
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_id: UUID = ZERO_UUID,
+        partitions: list[PartitionData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class DirectoryData:
+
+class DirectoryData(Fields):
     """A DirectoryData of AssignReplicasToDirsRequest."""
 
-    id: UUID = ZERO_UUID
+    __slots__ = ("id", "topics", "unknown_tagged_fields",)
+
+    id: UUID
     """The ID of the directory (versions 0+)"""
-    topics: list[TopicData] = field(default_factory=list)
+    topics: list[TopicData]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        id: UUID = ZERO_UUID,
+        topics: list[TopicData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.id = id
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class AssignReplicasToDirsRequest(Message):
     """AssignReplicasToDirsRequest (api key 73): versions 0, flexible 0."""
 
@@ -67,14 +96,28 @@ class AssignReplicasToDirsRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    broker_id: int = 0
+    __slots__ = ("broker_id", "broker_epoch", "directories", "unknown_tagged_fields",)
+
+    broker_id: int
     """The ID of the requesting broker (versions 0+)"""
-    broker_epoch: int = -1
+    broker_epoch: int
     """The epoch of the requesting broker (versions 0+)"""
-    directories: list[DirectoryData] = field(default_factory=list)
+    directories: list[DirectoryData]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+        directories: list[DirectoryData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.directories = list() if directories is MISSING else directories
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_partition_data_v0(self: PartitionData, out: bytearray) -> None:

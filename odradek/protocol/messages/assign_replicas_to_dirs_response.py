@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -22,43 +21,75 @@ from odradek.protocol.primitives import (
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class PartitionData:
+class PartitionData(Fields):
     """A PartitionData of AssignReplicasToDirsResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "error_code", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The partition level error code (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class TopicData:
+
+class TopicData(Fields):
     """A TopicData of AssignReplicasToDirsResponse."""
 
-    topic_id: UUID = ZERO_UUID
+    __slots__ = ("topic_id", "partitions", "unknown_tagged_fields",)
+
+    topic_id: UUID
     """The ID of the assigned topic (versions 0+)"""
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_id: UUID = ZERO_UUID,
+        partitions: list[PartitionData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class DirectoryData:
+
+class DirectoryData(Fields):
     """A DirectoryData of AssignReplicasToDirsResponse."""
 
-    id: UUID = ZERO_UUID
+    __slots__ = ("id", "topics", "unknown_tagged_fields",)
+
+    id: UUID
     """The ID of the directory (versions 0+)"""
-    topics: list[TopicData] = field(default_factory=list)
+    topics: list[TopicData]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        id: UUID = ZERO_UUID,
+        topics: list[TopicData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.id = id
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class AssignReplicasToDirsResponse(Message):
     """AssignReplicasToDirsResponse (api key 73): versions 0, flexible 0."""
 
@@ -68,14 +99,28 @@ class AssignReplicasToDirsResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "directories", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The top level response error code (versions 0+)"""
-    directories: list[DirectoryData] = field(default_factory=list)
+    directories: list[DirectoryData]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        directories: list[DirectoryData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.directories = list() if directories is MISSING else directories
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_partition_data_v0(self: PartitionData, out: bytearray) -> None:

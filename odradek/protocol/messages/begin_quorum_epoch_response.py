@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -32,49 +31,87 @@ _I32_I16_I32_I32 = Struct(">ihii")
 _U16 = Struct(">H")
 
 
-@dataclass(slots=True)
-class PartitionData:
+class PartitionData(Fields):
     """A PartitionData of BeginQuorumEpochResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "error_code", "leader_id", "leader_epoch", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """(versions 0+)"""
-    leader_id: int = 0
+    leader_id: int
     """The ID of the current leader or -1 if the leader is unknown. (versions 0+)"""
-    leader_epoch: int = 0
+    leader_epoch: int
     """The latest known leader epoch (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class TopicData:
+
+class TopicData(Fields):
     """A TopicData of BeginQuorumEpochResponse."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "partitions", "unknown_tagged_fields",)
+
+    topic_name: str
     """The topic name. (versions 0+)"""
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        partitions: list[PartitionData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class NodeEndpoint:
+
+class NodeEndpoint(Fields):
     """A NodeEndpoint of BeginQuorumEpochResponse."""
 
-    node_id: int = 0
+    __slots__ = ("node_id", "host", "port", "unknown_tagged_fields",)
+
+    node_id: int
     """The ID of the associated node (versions 1+)"""
-    host: str = ""
+    host: str
     """The node's hostname (versions 1+)"""
-    port: int = 0
+    port: int
     """The node's port (versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class BeginQuorumEpochResponse(Message):
     """BeginQuorumEpochResponse (api key 53): versions 0-1, flexible 1."""
 
@@ -84,14 +121,28 @@ class BeginQuorumEpochResponse(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 1
 
-    error_code: int = 0
+    __slots__ = ("error_code", "topics", "node_endpoints", "unknown_tagged_fields",)
+
+    error_code: int
     """The top level error code. (versions 0+)"""
-    topics: list[TopicData] = field(default_factory=list)
+    topics: list[TopicData]
     """(versions 0+)"""
-    node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+    node_endpoints: list[NodeEndpoint]
     """Endpoints for all leaders enumerated in PartitionData (versions 1+, tag 0)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        topics: list[TopicData] = MISSING,
+        node_endpoints: list[NodeEndpoint] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.topics = list() if topics is MISSING else topics
+        self.node_endpoints = list() if node_endpoints is MISSING else node_endpoints
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_partition_data_v0(self: PartitionData, out: bytearray) -> None:
@@ -183,7 +234,7 @@ def _encode_begin_quorum_epoch_response_v0(self: BeginQuorumEpochResponse, out: 
     out += INT32.pack(len(self.topics))
     for topics_item in self.topics:
         _encode_topic_data_v0(topics_item, out)
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         raise EncodeError("node_endpoints exists only in versions 1+ and is not ignorable")
 
 
@@ -204,7 +255,7 @@ def _encode_begin_quorum_epoch_response_v1(self: BeginQuorumEpochResponse, out: 
     for topics_item in self.topics:
         _encode_topic_data_v1(topics_item, out)
     tagged: list[tuple[int, Buffer]] = []
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         data = bytearray()
         write_uvarint(data, len(self.node_endpoints) + 1)
         for node_endpoints_item in self.node_endpoints:
@@ -221,7 +272,7 @@ def _decode_begin_quorum_epoch_response_v1(buf: Buffer, pos: int) -> tuple[Begin
     for _ in range(count):
         topics_item, pos = _decode_topic_data_v1(buf, pos)
         topics.append(topics_item)
-    node_endpoints = []
+    node_endpoints = list()
     unknown = None
     tagged_count, pos = read_uvarint(buf, pos)
     for _ in range(tagged_count):

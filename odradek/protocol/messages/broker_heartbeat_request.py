@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Message
 from odradek.protocol.primitives import (
     Buffer,
     check_tag_end,
@@ -25,7 +24,6 @@ from odradek.protocol.primitives import (
 _I32_I64_I64_BOOL_BOOL = Struct(">iqq??")
 
 
-@dataclass(slots=True)
 class BrokerHeartbeatRequest(Message):
     """BrokerHeartbeatRequest (api key 63): versions 0-1, flexible 0-1."""
 
@@ -35,24 +33,44 @@ class BrokerHeartbeatRequest(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    broker_id: int = 0
+    __slots__ = ("broker_id", "broker_epoch", "current_metadata_offset", "want_fence", "want_shut_down", "offline_log_dirs", "unknown_tagged_fields",)
+
+    broker_id: int
     """The broker ID. (versions 0+)"""
-    broker_epoch: int = -1
+    broker_epoch: int
     """The broker epoch. (versions 0+)"""
-    current_metadata_offset: int = 0
+    current_metadata_offset: int
     """The highest metadata offset which the broker has reached. (versions 0+)"""
-    want_fence: bool = False
+    want_fence: bool
     """True if the broker wants to be fenced, false otherwise. (versions 0+)"""
-    want_shut_down: bool = False
+    want_shut_down: bool
     """True if the broker wants to be shut down, false otherwise. (versions 0+)"""
-    offline_log_dirs: list[UUID] = field(default_factory=list)
+    offline_log_dirs: list[UUID]
     """Log directories that failed and went offline. (versions 1+, tag 0)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+        current_metadata_offset: int = 0,
+        want_fence: bool = False,
+        want_shut_down: bool = False,
+        offline_log_dirs: list[UUID] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.current_metadata_offset = current_metadata_offset
+        self.want_fence = want_fence
+        self.want_shut_down = want_shut_down
+        self.offline_log_dirs = list() if offline_log_dirs is MISSING else offline_log_dirs
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_broker_heartbeat_request_v0(self: BrokerHeartbeatRequest, out: bytearray) -> None:
-    if self.offline_log_dirs:
+    if self.offline_log_dirs != list():
         raise EncodeError("offline_log_dirs exists only in versions 1+ and is not ignorable")
     out += _I32_I64_I64_BOOL_BOOL.pack(self.broker_id, self.broker_epoch, self.current_metadata_offset, self.want_fence, self.want_shut_down)
     if self.unknown_tagged_fields:
@@ -71,7 +89,7 @@ def _decode_broker_heartbeat_request_v0(buf: Buffer, pos: int) -> tuple[BrokerHe
 def _encode_broker_heartbeat_request_v1(self: BrokerHeartbeatRequest, out: bytearray) -> None:
     out += _I32_I64_I64_BOOL_BOOL.pack(self.broker_id, self.broker_epoch, self.current_metadata_offset, self.want_fence, self.want_shut_down)
     tagged: list[tuple[int, Buffer]] = []
-    if self.offline_log_dirs:
+    if self.offline_log_dirs != list():
         data = bytearray()
         write_uvarint(data, len(self.offline_log_dirs) + 1)
         for offline_log_dirs_item in self.offline_log_dirs:
@@ -83,7 +101,7 @@ def _encode_broker_heartbeat_request_v1(self: BrokerHeartbeatRequest, out: bytea
 def _decode_broker_heartbeat_request_v1(buf: Buffer, pos: int) -> tuple[BrokerHeartbeatRequest, int]:
     (broker_id, broker_epoch, current_metadata_offset, want_fence, want_shut_down) = _I32_I64_I64_BOOL_BOOL.unpack_from(buf, pos)
     pos += 22
-    offline_log_dirs = []
+    offline_log_dirs = list()
     unknown = None
     tagged_count, pos = read_uvarint(buf, pos)
     for _ in range(tagged_count):

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -17,7 +16,6 @@ from odradek.protocol.primitives import (
 _I32_I16_BOOL_BOOL_BOOL = Struct(">ih???")
 
 
-@dataclass(slots=True)
 class BrokerHeartbeatResponse(Message):
     """BrokerHeartbeatResponse (api key 63): versions 0-1, flexible 0-1."""
 
@@ -27,18 +25,36 @@ class BrokerHeartbeatResponse(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "is_caught_up", "is_fenced", "should_shut_down", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """Duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    is_caught_up: bool = False
+    is_caught_up: bool
     """True if the broker has approximately caught up with the latest metadata. (versions 0+)"""
-    is_fenced: bool = True
+    is_fenced: bool
     """True if the broker is fenced. (versions 0+)"""
-    should_shut_down: bool = False
+    should_shut_down: bool
     """True if the broker should proceed with its shutdown. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        is_caught_up: bool = False,
+        is_fenced: bool = True,
+        should_shut_down: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.is_caught_up = is_caught_up
+        self.is_fenced = is_fenced
+        self.should_shut_down = should_shut_down
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_broker_heartbeat_response_v0_1(self: BrokerHeartbeatResponse, out: bytearray) -> None:

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -31,37 +30,64 @@ _I64 = Struct(">q")
 _U16_I16 = Struct(">Hh")
 
 
-@dataclass(slots=True)
-class Listener:
+class Listener(Fields):
     """A Listener of BrokerRegistrationRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "host", "port", "security_protocol", "unknown_tagged_fields",)
+
+    name: str
     """The name of the endpoint. (versions 0+)"""
-    host: str = ""
+    host: str
     """The hostname. (versions 0+)"""
-    port: int = 0
+    port: int
     """The port. (versions 0+)"""
-    security_protocol: int = 0
+    security_protocol: int
     """The security protocol. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        host: str = "",
+        port: int = 0,
+        security_protocol: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.security_protocol = security_protocol
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class Feature:
+
+class Feature(Fields):
     """A Feature of BrokerRegistrationRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "min_supported_version", "max_supported_version", "unknown_tagged_fields",)
+
+    name: str
     """The feature name. (versions 0+)"""
-    min_supported_version: int = 0
+    min_supported_version: int
     """The minimum supported feature level. (versions 0+)"""
-    max_supported_version: int = 0
+    max_supported_version: int
     """The maximum supported feature level. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        min_supported_version: int = 0,
+        max_supported_version: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.min_supported_version = min_supported_version
+        self.max_supported_version = max_supported_version
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class BrokerRegistrationRequest(Message):
     """BrokerRegistrationRequest (api key 62): versions 0-4, flexible 0-4."""
 
@@ -71,26 +97,52 @@ class BrokerRegistrationRequest(Message):
     MAX_VERSION: ClassVar[int] = 4
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    broker_id: int = 0
+    __slots__ = ("broker_id", "cluster_id", "incarnation_id", "listeners", "features", "rack", "is_migrating_zk_broker", "log_dirs", "previous_broker_epoch", "unknown_tagged_fields",)
+
+    broker_id: int
     """The broker ID. (versions 0+)"""
-    cluster_id: str = ""
+    cluster_id: str
     """The cluster id of the broker process. (versions 0+)"""
-    incarnation_id: UUID = ZERO_UUID
+    incarnation_id: UUID
     """The incarnation id of the broker process. (versions 0+)"""
-    listeners: list[Listener] = field(default_factory=list)
+    listeners: list[Listener]
     """The listeners of this broker (versions 0+)"""
-    features: list[Feature] = field(default_factory=list)
+    features: list[Feature]
     """The features on this broker. Note: in v0-v3, features with MinSupportedVersion = 0 are omitted. (versions 0+)"""
-    rack: str | None = ""
+    rack: str | None
     """The rack which this broker is in. (versions 0+)"""
-    is_migrating_zk_broker: bool = False
+    is_migrating_zk_broker: bool
     """If the required configurations for ZK migration are present, this value is set to true (versions 1+)"""
-    log_dirs: list[UUID] = field(default_factory=list)
+    log_dirs: list[UUID]
     """Log directories configured in this broker which are available. (versions 2+)"""
-    previous_broker_epoch: int = -1
+    previous_broker_epoch: int
     """The epoch before a clean shutdown. (versions 3+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        cluster_id: str = "",
+        incarnation_id: UUID = ZERO_UUID,
+        listeners: list[Listener] = MISSING,
+        features: list[Feature] = MISSING,
+        rack: str | None = "",
+        is_migrating_zk_broker: bool = False,
+        log_dirs: list[UUID] = MISSING,
+        previous_broker_epoch: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.cluster_id = cluster_id
+        self.incarnation_id = incarnation_id
+        self.listeners = list() if listeners is MISSING else listeners
+        self.features = list() if features is MISSING else features
+        self.rack = rack
+        self.is_migrating_zk_broker = is_migrating_zk_broker
+        self.log_dirs = list() if log_dirs is MISSING else log_dirs
+        self.previous_broker_epoch = previous_broker_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_listener_v0_4(self: Listener, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -17,7 +16,6 @@ from odradek.protocol.primitives import (
 _I32_I16_I64 = Struct(">ihq")
 
 
-@dataclass(slots=True)
 class BrokerRegistrationResponse(Message):
     """BrokerRegistrationResponse (api key 62): versions 0-4, flexible 0-4."""
 
@@ -27,14 +25,28 @@ class BrokerRegistrationResponse(Message):
     MAX_VERSION: ClassVar[int] = 4
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "broker_epoch", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """Duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    broker_epoch: int = -1
+    broker_epoch: int
     """The broker's assigned epoch, or -1 if none was assigned. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        broker_epoch: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.broker_epoch = broker_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_broker_registration_response_v0_4(self: BrokerRegistrationResponse, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -22,19 +21,29 @@ from odradek.protocol.primitives import (
 _I32_I32_I8 = Struct(">iib")
 
 
-@dataclass(slots=True)
-class TopicPartitions:
+class TopicPartitions(Fields):
     """A TopicPartitions of ConsumerGroupCurrentMemberAssignmentValue."""
 
-    topic_id: UUID = ZERO_UUID
+    __slots__ = ("topic_id", "partitions", "unknown_tagged_fields",)
+
+    topic_id: UUID
     """The topic Id. (versions 0+)"""
-    partitions: list[int] = field(default_factory=list)
+    partitions: list[int]
     """The partition Ids. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_id: UUID = ZERO_UUID,
+        partitions: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ConsumerGroupCurrentMemberAssignmentValue(Message):
     """ConsumerGroupCurrentMemberAssignmentValue: versions 0, flexible 0."""
 
@@ -43,18 +52,36 @@ class ConsumerGroupCurrentMemberAssignmentValue(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    member_epoch: int = 0
+    __slots__ = ("member_epoch", "previous_member_epoch", "state", "assigned_partitions", "partitions_pending_revocation", "unknown_tagged_fields",)
+
+    member_epoch: int
     """The current member epoch that is expected from the member in the heartbeat request. (versions 0+)"""
-    previous_member_epoch: int = 0
+    previous_member_epoch: int
     """If the last epoch bump is lost before reaching the member, the member will retry with the previous epoch. (versions 0+)"""
-    state: int = 0
+    state: int
     """The member state. See MemberState for the possible values. (versions 0+)"""
-    assigned_partitions: list[TopicPartitions] = field(default_factory=list)
+    assigned_partitions: list[TopicPartitions]
     """The partitions assigned to (or owned by) this member. (versions 0+)"""
-    partitions_pending_revocation: list[TopicPartitions] = field(default_factory=list)
+    partitions_pending_revocation: list[TopicPartitions]
     """The partitions that must be revoked by this member. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        member_epoch: int = 0,
+        previous_member_epoch: int = 0,
+        state: int = 0,
+        assigned_partitions: list[TopicPartitions] = MISSING,
+        partitions_pending_revocation: list[TopicPartitions] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.member_epoch = member_epoch
+        self.previous_member_epoch = previous_member_epoch
+        self.state = state
+        self.assigned_partitions = list() if assigned_partitions is MISSING else assigned_partitions
+        self.partitions_pending_revocation = list() if partitions_pending_revocation is MISSING else partitions_pending_revocation
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_topic_partitions_v0(self: TopicPartitions, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -28,85 +27,158 @@ _I32 = Struct(">i")
 _I32_I32 = Struct(">ii")
 
 
-@dataclass(slots=True)
-class TopicPartitions:
+class TopicPartitions(Fields):
     """A TopicPartitions of ConsumerGroupDescribeResponse."""
 
-    topic_id: UUID = ZERO_UUID
+    __slots__ = ("topic_id", "topic_name", "partitions", "unknown_tagged_fields",)
+
+    topic_id: UUID
     """The topic ID. (versions 0+)"""
-    topic_name: str = ""
+    topic_name: str
     """The topic name. (versions 0+)"""
-    partitions: list[int] = field(default_factory=list)
+    partitions: list[int]
     """The partitions. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_id: UUID = ZERO_UUID,
+        topic_name: str = "",
+        partitions: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class Assignment:
+
+class Assignment(Fields):
     """A Assignment of ConsumerGroupDescribeResponse."""
 
-    topic_partitions: list[TopicPartitions] = field(default_factory=list)
+    __slots__ = ("topic_partitions", "unknown_tagged_fields",)
+
+    topic_partitions: list[TopicPartitions]
     """The assigned topic-partitions to the member. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_partitions: list[TopicPartitions] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_partitions = list() if topic_partitions is MISSING else topic_partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class Member:
+
+class Member(Fields):
     """A Member of ConsumerGroupDescribeResponse."""
 
-    member_id: str = ""
+    __slots__ = ("member_id", "instance_id", "rack_id", "member_epoch", "client_id", "client_host", "subscribed_topic_names", "subscribed_topic_regex", "assignment", "target_assignment", "unknown_tagged_fields",)
+
+    member_id: str
     """The member ID. (versions 0+)"""
-    instance_id: str | None = None
+    instance_id: str | None
     """The member instance ID. (versions 0+)"""
-    rack_id: str | None = None
+    rack_id: str | None
     """The member rack ID. (versions 0+)"""
-    member_epoch: int = 0
+    member_epoch: int
     """The current member epoch. (versions 0+)"""
-    client_id: str = ""
+    client_id: str
     """The client ID. (versions 0+)"""
-    client_host: str = ""
+    client_host: str
     """The client host. (versions 0+)"""
-    subscribed_topic_names: list[str] = field(default_factory=list)
+    subscribed_topic_names: list[str]
     """The subscribed topic names. (versions 0+)"""
-    subscribed_topic_regex: str | None = None
+    subscribed_topic_regex: str | None
     """the subscribed topic regex otherwise or null of not provided. (versions 0+)"""
-    assignment: Assignment = field(default_factory=Assignment)
+    assignment: Assignment
     """The current assignment. (versions 0+)"""
-    target_assignment: Assignment = field(default_factory=Assignment)
+    target_assignment: Assignment
     """The target assignment. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        member_id: str = "",
+        instance_id: str | None = None,
+        rack_id: str | None = None,
+        member_epoch: int = 0,
+        client_id: str = "",
+        client_host: str = "",
+        subscribed_topic_names: list[str] = MISSING,
+        subscribed_topic_regex: str | None = None,
+        assignment: Assignment = MISSING,
+        target_assignment: Assignment = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.member_id = member_id
+        self.instance_id = instance_id
+        self.rack_id = rack_id
+        self.member_epoch = member_epoch
+        self.client_id = client_id
+        self.client_host = client_host
+        self.subscribed_topic_names = list() if subscribed_topic_names is MISSING else subscribed_topic_names
+        self.subscribed_topic_regex = subscribed_topic_regex
+        self.assignment = Assignment() if assignment is MISSING else assignment
+        self.target_assignment = Assignment() if target_assignment is MISSING else target_assignment
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class DescribedGroup:
+
+class DescribedGroup(Fields):
     """A DescribedGroup of ConsumerGroupDescribeResponse."""
 
-    error_code: int = 0
+    __slots__ = ("error_code", "error_message", "group_id", "group_state", "group_epoch", "assignment_epoch", "assignor_name", "members", "authorized_operations", "unknown_tagged_fields",)
+
+    error_code: int
     """The describe error, or 0 if there was no error. (versions 0+)"""
-    error_message: str | None = None
+    error_message: str | None
     """The top-level error message, or null if there was no error. (versions 0+)"""
-    group_id: str = ""
+    group_id: str
     """The group ID string. (versions 0+)"""
-    group_state: str = ""
+    group_state: str
     """The group state string, or the empty string. (versions 0+)"""
-    group_epoch: int = 0
+    group_epoch: int
     """The group epoch. (versions 0+)"""
-    assignment_epoch: int = 0
+    assignment_epoch: int
     """The assignment epoch. (versions 0+)"""
-    assignor_name: str = ""
+    assignor_name: str
     """The selected assignor. (versions 0+)"""
-    members: list[Member] = field(default_factory=list)
+    members: list[Member]
     """The members. (versions 0+)"""
-    authorized_operations: int = -2147483648
+    authorized_operations: int
     """32-bit bitfield to represent authorized operations for this group. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = None,
+        group_id: str = "",
+        group_state: str = "",
+        group_epoch: int = 0,
+        assignment_epoch: int = 0,
+        assignor_name: str = "",
+        members: list[Member] = MISSING,
+        authorized_operations: int = -2147483648,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.group_id = group_id
+        self.group_state = group_state
+        self.group_epoch = group_epoch
+        self.assignment_epoch = assignment_epoch
+        self.assignor_name = assignor_name
+        self.members = list() if members is MISSING else members
+        self.authorized_operations = authorized_operations
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ConsumerGroupDescribeResponse(Message):
     """ConsumerGroupDescribeResponse (api key 69): versions 0, flexible 0."""
 
@@ -116,12 +188,24 @@ class ConsumerGroupDescribeResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "groups", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    groups: list[DescribedGroup] = field(default_factory=list)
+    groups: list[DescribedGroup]
     """Each described group. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        groups: list[DescribedGroup] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.groups = list() if groups is MISSING else groups
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_topic_partitions_v0(self: TopicPartitions, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from odradek.protocol.message import Message
@@ -14,7 +13,6 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class ConsumerGroupMemberMetadataKey(Message):
     """ConsumerGroupMemberMetadataKey: versions 5."""
 
@@ -23,12 +21,24 @@ class ConsumerGroupMemberMetadataKey(Message):
     MAX_VERSION: ClassVar[int] = 5
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = None
 
-    group_id: str = ""
+    __slots__ = ("group_id", "member_id", "unknown_tagged_fields",)
+
+    group_id: str
     """The group id. (versions 5)"""
-    member_id: str = ""
+    member_id: str
     """The member id. (versions 5)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        group_id: str = "",
+        member_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_consumer_group_member_metadata_key_v5(self: ConsumerGroupMemberMetadataKey, out: bytearray) -> None:

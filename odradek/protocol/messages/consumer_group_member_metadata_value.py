@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     check_tag_end,
@@ -29,31 +28,52 @@ from odradek.protocol.primitives import (
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class ClassicProtocol:
+class ClassicProtocol(Fields):
     """A ClassicProtocol of ConsumerGroupMemberMetadataValue."""
 
-    name: str = ""
+    __slots__ = ("name", "metadata", "unknown_tagged_fields",)
+
+    name: str
     """The protocol name. (versions 0+)"""
-    metadata: Buffer = b""
+    metadata: Buffer
     """The protocol metadata. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        metadata: Buffer = b"",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.metadata = metadata
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class ClassicMemberMetadata:
+
+class ClassicMemberMetadata(Fields):
     """A ClassicMemberMetadata of ConsumerGroupMemberMetadataValue."""
 
-    session_timeout_ms: int = 0
+    __slots__ = ("session_timeout_ms", "supported_protocols", "unknown_tagged_fields",)
+
+    session_timeout_ms: int
     """The session timeout if the consumer uses the classic protocol. (versions 0+)"""
-    supported_protocols: list[ClassicProtocol] = field(default_factory=list)
+    supported_protocols: list[ClassicProtocol]
     """The list of protocols that the member supports if the consumer uses the classic protocol. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        session_timeout_ms: int = 0,
+        supported_protocols: list[ClassicProtocol] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.session_timeout_ms = session_timeout_ms
+        self.supported_protocols = list() if supported_protocols is MISSING else supported_protocols
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ConsumerGroupMemberMetadataValue(Message):
     """ConsumerGroupMemberMetadataValue: versions 0, flexible 0."""
 
@@ -62,26 +82,52 @@ class ConsumerGroupMemberMetadataValue(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    instance_id: str | None = ""
+    __slots__ = ("instance_id", "rack_id", "client_id", "client_host", "subscribed_topic_names", "subscribed_topic_regex", "rebalance_timeout_ms", "server_assignor", "classic_member_metadata", "unknown_tagged_fields",)
+
+    instance_id: str | None
     """The (optional) instance id. (versions 0+)"""
-    rack_id: str | None = ""
+    rack_id: str | None
     """The (optional) rack id. (versions 0+)"""
-    client_id: str = ""
+    client_id: str
     """The client id. (versions 0+)"""
-    client_host: str = ""
+    client_host: str
     """The client host. (versions 0+)"""
-    subscribed_topic_names: list[str] = field(default_factory=list)
+    subscribed_topic_names: list[str]
     """The list of subscribed topic names. (versions 0+)"""
-    subscribed_topic_regex: str | None = ""
+    subscribed_topic_regex: str | None
     """The subscribed topic regular expression. (versions 0+)"""
-    rebalance_timeout_ms: int = -1
+    rebalance_timeout_ms: int
     """The rebalance timeout (versions 0+)"""
-    server_assignor: str | None = ""
+    server_assignor: str | None
     """The server assignor to use; or null if not used. (versions 0+)"""
-    classic_member_metadata: ClassicMemberMetadata | None = None
+    classic_member_metadata: ClassicMemberMetadata | None
     """The classic member metadata which includes the supported protocols of the consumer if it uses the classic protocol. The metadata is null if the consumer uses the consumer protocol. (versions 0+, tag 0)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        instance_id: str | None = "",
+        rack_id: str | None = "",
+        client_id: str = "",
+        client_host: str = "",
+        subscribed_topic_names: list[str] = MISSING,
+        subscribed_topic_regex: str | None = "",
+        rebalance_timeout_ms: int = -1,
+        server_assignor: str | None = "",
+        classic_member_metadata: ClassicMemberMetadata | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.instance_id = instance_id
+        self.rack_id = rack_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.subscribed_topic_names = list() if subscribed_topic_names is MISSING else subscribed_topic_names
+        self.subscribed_topic_regex = subscribed_topic_regex
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.server_assignor = server_assignor
+        self.classic_member_metadata = classic_member_metadata
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_classic_protocol_v0(self: ClassicProtocol, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from odradek.protocol.message import Message
@@ -14,7 +13,6 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class ConsumerGroupMetadataKey(Message):
     """ConsumerGroupMetadataKey: versions 3."""
 
@@ -23,10 +21,20 @@ class ConsumerGroupMetadataKey(Message):
     MAX_VERSION: ClassVar[int] = 3
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = None
 
-    group_id: str = ""
+    __slots__ = ("group_id", "unknown_tagged_fields",)
+
+    group_id: str
     """The group id. (versions 3)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        group_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_consumer_group_metadata_key_v3(self: ConsumerGroupMetadataKey, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -17,7 +16,6 @@ from odradek.protocol.primitives import (
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
 class ConsumerGroupMetadataValue(Message):
     """ConsumerGroupMetadataValue: versions 0, flexible 0."""
 
@@ -26,10 +24,20 @@ class ConsumerGroupMetadataValue(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    epoch: int = 0
+    __slots__ = ("epoch", "unknown_tagged_fields",)
+
+    epoch: int
     """The group epoch. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        epoch: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.epoch = epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_consumer_group_metadata_value_v0(self: ConsumerGroupMetadataValue, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -20,19 +19,29 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
-class TopicPartition:
+class TopicPartition(Fields):
     """A TopicPartition of ConsumerGroupTargetAssignmentMemberValue."""
 
-    topic_id: UUID = ZERO_UUID
+    __slots__ = ("topic_id", "partitions", "unknown_tagged_fields",)
+
+    topic_id: UUID
     """(versions 0+)"""
-    partitions: list[int] = field(default_factory=list)
+    partitions: list[int]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_id: UUID = ZERO_UUID,
+        partitions: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ConsumerGroupTargetAssignmentMemberValue(Message):
     """ConsumerGroupTargetAssignmentMemberValue: versions 0, flexible 0."""
 
@@ -41,10 +50,20 @@ class ConsumerGroupTargetAssignmentMemberValue(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    topic_partitions: list[TopicPartition] = field(default_factory=list)
+    __slots__ = ("topic_partitions", "unknown_tagged_fields",)
+
+    topic_partitions: list[TopicPartition]
     """The assigned partitions. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        topic_partitions: list[TopicPartition] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_partitions = list() if topic_partitions is MISSING else topic_partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_topic_partition_v0(self: TopicPartition, out: bytearray) -> None:

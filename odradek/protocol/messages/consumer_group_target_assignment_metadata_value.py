@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -17,7 +16,6 @@ from odradek.protocol.primitives import (
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
 class ConsumerGroupTargetAssignmentMetadataValue(Message):
     """ConsumerGroupTargetAssignmentMetadataValue: versions 0, flexible 0."""
 
@@ -26,10 +24,20 @@ class ConsumerGroupTargetAssignmentMetadataValue(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    assignment_epoch: int = 0
+    __slots__ = ("assignment_epoch", "unknown_tagged_fields",)
+
+    assignment_epoch: int
     """The assignment epoch. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        assignment_epoch: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.assignment_epoch = assignment_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_consumer_group_target_assignment_metadata_value_v0(self: ConsumerGroupTargetAssignmentMetadataValue, out: bytearray) -> None:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import pack, unpack_from
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -19,19 +18,29 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
-class TopicPartition:
+class TopicPartition(Fields):
     """A TopicPartition of ConsumerProtocolAssignment."""
 
-    topic: str = ""
+    __slots__ = ("topic", "partitions", "unknown_tagged_fields",)
+
+    topic: str
     """(versions 0+)"""
-    partitions: list[int] = field(default_factory=list)
+    partitions: list[int]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic: str = "",
+        partitions: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ConsumerProtocolAssignment(Message):
     """ConsumerProtocolAssignment: versions 0-3."""
 
@@ -40,12 +49,24 @@ class ConsumerProtocolAssignment(Message):
     MAX_VERSION: ClassVar[int] = 3
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = None
 
-    assigned_partitions: list[TopicPartition] = field(default_factory=list)
+    __slots__ = ("assigned_partitions", "user_data", "unknown_tagged_fields",)
+
+    assigned_partitions: list[TopicPartition]
     """(versions 0+)"""
-    user_data: Buffer | None = None
+    user_data: Buffer | None
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        assigned_partitions: list[TopicPartition] = MISSING,
+        user_data: Buffer | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.assigned_partitions = list() if assigned_partitions is MISSING else assigned_partitions
+        self.user_data = user_data
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_topic_partition_v0_3(self: TopicPartition, out: bytearray) -> None:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -23,19 +22,29 @@ from odradek.protocol.primitives import (
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class TopicPartition:
+class TopicPartition(Fields):
     """A TopicPartition of ConsumerProtocolSubscription."""
 
-    topic: str = ""
+    __slots__ = ("topic", "partitions", "unknown_tagged_fields",)
+
+    topic: str
     """(versions 1+)"""
-    partitions: list[int] = field(default_factory=list)
+    partitions: list[int]
     """(versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic: str = "",
+        partitions: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ConsumerProtocolSubscription(Message):
     """ConsumerProtocolSubscription: versions 0-3."""
 
@@ -44,18 +53,36 @@ class ConsumerProtocolSubscription(Message):
     MAX_VERSION: ClassVar[int] = 3
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = None
 
-    topics: list[str] = field(default_factory=list)
+    __slots__ = ("topics", "user_data", "owned_partitions", "generation_id", "rack_id", "unknown_tagged_fields",)
+
+    topics: list[str]
     """(versions 0+)"""
-    user_data: Buffer | None = None
+    user_data: Buffer | None
     """(versions 0+)"""
-    owned_partitions: list[TopicPartition] = field(default_factory=list)
+    owned_partitions: list[TopicPartition]
     """(versions 1+)"""
-    generation_id: int = -1
+    generation_id: int
     """(versions 2+)"""
-    rack_id: str | None = None
+    rack_id: str | None
     """(versions 3+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        topics: list[str] = MISSING,
+        user_data: Buffer | None = None,
+        owned_partitions: list[TopicPartition] = MISSING,
+        generation_id: int = -1,
+        rack_id: str | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topics = list() if topics is MISSING else topics
+        self.user_data = user_data
+        self.owned_partitions = list() if owned_partitions is MISSING else owned_partitions
+        self.generation_id = generation_id
+        self.rack_id = rack_id
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_topic_partition_v1_3(self: TopicPartition, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -18,7 +17,6 @@ _I32 = Struct(">i")
 _I32_I64 = Struct(">iq")
 
 
-@dataclass(slots=True)
 class ControlledShutdownRequest(Message):
     """ControlledShutdownRequest (api key 7): versions 0-3, flexible 3."""
 
@@ -28,12 +26,24 @@ class ControlledShutdownRequest(Message):
     MAX_VERSION: ClassVar[int] = 3
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
 
-    broker_id: int = 0
+    __slots__ = ("broker_id", "broker_epoch", "unknown_tagged_fields",)
+
+    broker_id: int
     """The id of the broker for which controlled shutdown has been requested. (versions 0+)"""
-    broker_epoch: int = -1
+    broker_epoch: int
     """The broker epoch. (versions 2+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_controlled_shutdown_request_v0_1(self: ControlledShutdownRequest, out: bytearray) -> None:

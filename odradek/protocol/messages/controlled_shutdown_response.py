@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -26,19 +25,29 @@ _I16 = Struct(">h")
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class RemainingPartition:
+class RemainingPartition(Fields):
     """A RemainingPartition of ControlledShutdownResponse."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "partition_index", "unknown_tagged_fields",)
+
+    topic_name: str
     """The name of the topic. (versions 0+)"""
-    partition_index: int = 0
+    partition_index: int
     """The index of the partition. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        partition_index: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ControlledShutdownResponse(Message):
     """ControlledShutdownResponse (api key 7): versions 0-3, flexible 3."""
 
@@ -48,12 +57,24 @@ class ControlledShutdownResponse(Message):
     MAX_VERSION: ClassVar[int] = 3
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
 
-    error_code: int = 0
+    __slots__ = ("error_code", "remaining_partitions", "unknown_tagged_fields",)
+
+    error_code: int
     """The top-level error code. (versions 0+)"""
-    remaining_partitions: list[RemainingPartition] = field(default_factory=list)
+    remaining_partitions: list[RemainingPartition]
     """The partitions that the broker still leads. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        remaining_partitions: list[RemainingPartition] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.remaining_partitions = list() if remaining_partitions is MISSING else remaining_partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_remaining_partition_v0_2(self: RemainingPartition, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -27,37 +26,64 @@ _I32 = Struct(">i")
 _U16_I16 = Struct(">Hh")
 
 
-@dataclass(slots=True)
-class Listener:
+class Listener(Fields):
     """A Listener of ControllerRegistrationRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "host", "port", "security_protocol", "unknown_tagged_fields",)
+
+    name: str
     """The name of the endpoint. (versions 0+)"""
-    host: str = ""
+    host: str
     """The hostname. (versions 0+)"""
-    port: int = 0
+    port: int
     """The port. (versions 0+)"""
-    security_protocol: int = 0
+    security_protocol: int
     """The security protocol. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        host: str = "",
+        port: int = 0,
+        security_protocol: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.security_protocol = security_protocol
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class Feature:
+
+class Feature(Fields):
     """A Feature of ControllerRegistrationRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "min_supported_version", "max_supported_version", "unknown_tagged_fields",)
+
+    name: str
     """The feature name. (versions 0+)"""
-    min_supported_version: int = 0
+    min_supported_version: int
     """The minimum supported feature level. (versions 0+)"""
-    max_supported_version: int = 0
+    max_supported_version: int
     """The maximum supported feature level. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        min_supported_version: int = 0,
+        max_supported_version: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.min_supported_version = min_supported_version
+        self.max_supported_version = max_supported_version
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ControllerRegistrationRequest(Message):
     """ControllerRegistrationRequest (api key 70): versions 0, flexible 0."""
 
@@ -67,18 +93,36 @@ class ControllerRegistrationRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    controller_id: int = 0
+    __slots__ = ("controller_id", "incarnation_id", "zk_migration_ready", "listeners", "features", "unknown_tagged_fields",)
+
+    controller_id: int
     """The ID of the controller to register. (versions 0+)"""
-    incarnation_id: UUID = ZERO_UUID
+    incarnation_id: UUID
     """The controller incarnation ID, which is unique to each process run. (versions 0+)"""
-    zk_migration_ready: bool = False
+    zk_migration_ready: bool
     """Set if the required configurations for ZK migration are present. (versions 0+)"""
-    listeners: list[Listener] = field(default_factory=list)
+    listeners: list[Listener]
     """The listeners of this controller (versions 0+)"""
-    features: list[Feature] = field(default_factory=list)
+    features: list[Feature]
     """The features on this controller (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        controller_id: int = 0,
+        incarnation_id: UUID = ZERO_UUID,
+        zk_migration_ready: bool = False,
+        listeners: list[Listener] = MISSING,
+        features: list[Feature] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.controller_id = controller_id
+        self.incarnation_id = incarnation_id
+        self.zk_migration_ready = zk_migration_ready
+        self.listeners = list() if listeners is MISSING else listeners
+        self.features = list() if features is MISSING else features
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_listener_v0(self: Listener, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -19,7 +18,6 @@ from odradek.protocol.primitives import (
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
 class ControllerRegistrationResponse(Message):
     """ControllerRegistrationResponse (api key 70): versions 0, flexible 0."""
 
@@ -29,14 +27,28 @@ class ControllerRegistrationResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """Duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The response error code. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The response error message, or null if there was no error. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_controller_registration_response_v0(self: ControllerRegistrationResponse, out: bytearray) -> None:

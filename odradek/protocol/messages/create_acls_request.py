@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -27,29 +26,49 @@ _I8 = Struct(">b")
 _I8_I8 = Struct(">bb")
 
 
-@dataclass(slots=True)
-class AclCreation:
+class AclCreation(Fields):
     """A AclCreation of CreateAclsRequest."""
 
-    resource_type: int = 0
+    __slots__ = ("resource_type", "resource_name", "resource_pattern_type", "principal", "host", "operation", "permission_type", "unknown_tagged_fields",)
+
+    resource_type: int
     """The type of the resource. (versions 0+)"""
-    resource_name: str = ""
+    resource_name: str
     """The resource name for the ACL. (versions 0+)"""
-    resource_pattern_type: int = 3
+    resource_pattern_type: int
     """The pattern type for the ACL. (versions 1+)"""
-    principal: str = ""
+    principal: str
     """The principal for the ACL. (versions 0+)"""
-    host: str = ""
+    host: str
     """The host for the ACL. (versions 0+)"""
-    operation: int = 0
+    operation: int
     """The operation type for the ACL (read, write, etc.). (versions 0+)"""
-    permission_type: int = 0
+    permission_type: int
     """The permission type for the ACL (allow, deny, etc.). (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        resource_type: int = 0,
+        resource_name: str = "",
+        resource_pattern_type: int = 3,
+        principal: str = "",
+        host: str = "",
+        operation: int = 0,
+        permission_type: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.resource_pattern_type = resource_pattern_type
+        self.principal = principal
+        self.host = host
+        self.operation = operation
+        self.permission_type = permission_type
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class CreateAclsRequest(Message):
     """CreateAclsRequest (api key 30): versions 0-3, deprecated 0, flexible 2-3."""
 
@@ -59,10 +78,20 @@ class CreateAclsRequest(Message):
     MAX_VERSION: ClassVar[int] = 3
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    creations: list[AclCreation] = field(default_factory=list)
+    __slots__ = ("creations", "unknown_tagged_fields",)
+
+    creations: list[AclCreation]
     """The ACLs that we want to create. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        creations: list[AclCreation] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.creations = list() if creations is MISSING else creations
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_acl_creation_v0(self: AclCreation, out: bytearray) -> None:

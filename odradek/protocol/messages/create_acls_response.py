@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -26,19 +25,29 @@ _I16 = Struct(">h")
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class AclCreationResult:
+class AclCreationResult(Fields):
     """A AclCreationResult of CreateAclsResponse."""
 
-    error_code: int = 0
+    __slots__ = ("error_code", "error_message", "unknown_tagged_fields",)
+
+    error_code: int
     """The result error, or zero if there was no error. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The result message, or null if there was no error. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class CreateAclsResponse(Message):
     """CreateAclsResponse (api key 30): versions 0-3, flexible 2-3."""
 
@@ -48,12 +57,24 @@ class CreateAclsResponse(Message):
     MAX_VERSION: ClassVar[int] = 3
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "results", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    results: list[AclCreationResult] = field(default_factory=list)
+    results: list[AclCreationResult]
     """The results for each ACL creation. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        results: list[AclCreationResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = list() if results is MISSING else results
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_acl_creation_result_v0_1(self: AclCreationResult, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -28,19 +27,29 @@ from odradek.protocol.primitives import (
 _I64 = Struct(">q")
 
 
-@dataclass(slots=True)
-class CreatableRenewers:
+class CreatableRenewers(Fields):
     """A CreatableRenewers of CreateDelegationTokenRequest."""
 
-    principal_type: str = ""
+    __slots__ = ("principal_type", "principal_name", "unknown_tagged_fields",)
+
+    principal_type: str
     """The type of the Kafka principal. (versions 0+)"""
-    principal_name: str = ""
+    principal_name: str
     """The name of the Kafka principal. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        principal_type: str = "",
+        principal_name: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class CreateDelegationTokenRequest(Message):
     """CreateDelegationTokenRequest (api key 38): versions 0-3, deprecated 0, flexible 2-3."""
 
@@ -50,16 +59,32 @@ class CreateDelegationTokenRequest(Message):
     MAX_VERSION: ClassVar[int] = 3
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    owner_principal_type: str | None = ""
+    __slots__ = ("owner_principal_type", "owner_principal_name", "renewers", "max_lifetime_ms", "unknown_tagged_fields",)
+
+    owner_principal_type: str | None
     """The principal type of the owner of the token. If it's null it defaults to the token request principal. (versions 3+)"""
-    owner_principal_name: str | None = ""
+    owner_principal_name: str | None
     """The principal name of the owner of the token. If it's null it defaults to the token request principal. (versions 3+)"""
-    renewers: list[CreatableRenewers] = field(default_factory=list)
+    renewers: list[CreatableRenewers]
     """A list of those who are allowed to renew this token before it expires. (versions 0+)"""
-    max_lifetime_ms: int = 0
+    max_lifetime_ms: int
     """The maximum lifetime of the token in milliseconds, or -1 to use the server side default. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        owner_principal_type: str | None = "",
+        owner_principal_name: str | None = "",
+        renewers: list[CreatableRenewers] = MISSING,
+        max_lifetime_ms: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.owner_principal_type = owner_principal_type
+        self.owner_principal_name = owner_principal_name
+        self.renewers = list() if renewers is MISSING else renewers
+        self.max_lifetime_ms = max_lifetime_ms
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_creatable_renewers_v0_1(self: CreatableRenewers, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -28,7 +27,6 @@ _I32 = Struct(">i")
 _I64_I64_I64 = Struct(">qqq")
 
 
-@dataclass(slots=True)
 class CreateDelegationTokenResponse(Message):
     """CreateDelegationTokenResponse (api key 38): versions 0-3, flexible 2-3."""
 
@@ -38,30 +36,60 @@ class CreateDelegationTokenResponse(Message):
     MAX_VERSION: ClassVar[int] = 3
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    error_code: int = 0
+    __slots__ = ("error_code", "principal_type", "principal_name", "token_requester_principal_type", "token_requester_principal_name", "issue_timestamp_ms", "expiry_timestamp_ms", "max_timestamp_ms", "token_id", "hmac", "throttle_time_ms", "unknown_tagged_fields",)
+
+    error_code: int
     """The top-level error, or zero if there was no error. (versions 0+)"""
-    principal_type: str = ""
+    principal_type: str
     """The principal type of the token owner. (versions 0+)"""
-    principal_name: str = ""
+    principal_name: str
     """The name of the token owner. (versions 0+)"""
-    token_requester_principal_type: str = ""
+    token_requester_principal_type: str
     """The principal type of the requester of the token. (versions 3+)"""
-    token_requester_principal_name: str = ""
+    token_requester_principal_name: str
     """The principal type of the requester of the token. (versions 3+)"""
-    issue_timestamp_ms: int = 0
+    issue_timestamp_ms: int
     """When this token was generated. (versions 0+)"""
-    expiry_timestamp_ms: int = 0
+    expiry_timestamp_ms: int
     """When this token expires. (versions 0+)"""
-    max_timestamp_ms: int = 0
+    max_timestamp_ms: int
     """The maximum lifetime of this token. (versions 0+)"""
-    token_id: str = ""
+    token_id: str
     """The token UUID. (versions 0+)"""
-    hmac: Buffer = b""
+    hmac: Buffer
     """HMAC of the delegation token. (versions 0+)"""
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        principal_type: str = "",
+        principal_name: str = "",
+        token_requester_principal_type: str = "",
+        token_requester_principal_name: str = "",
+        issue_timestamp_ms: int = 0,
+        expiry_timestamp_ms: int = 0,
+        max_timestamp_ms: int = 0,
+        token_id: str = "",
+        hmac: Buffer = b"",
+        throttle_time_ms: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+        self.token_requester_principal_type = token_requester_principal_type
+        self.token_requester_principal_name = token_requester_principal_name
+        self.issue_timestamp_ms = issue_timestamp_ms
+        self.expiry_timestamp_ms = expiry_timestamp_ms
+        self.max_timestamp_ms = max_timestamp_ms
+        self.token_id = token_id
+        self.hmac = hmac
+        self.throttle_time_ms = throttle_time_ms
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_create_delegation_token_response_v0_1(self: CreateDelegationTokenResponse, out: bytearray) -> None:

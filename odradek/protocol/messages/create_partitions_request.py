@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     NULL_INT32,
@@ -27,31 +26,52 @@ _I32 = Struct(">i")
 _I32_BOOL = Struct(">i?")
 
 
-@dataclass(slots=True)
-class CreatePartitionsAssignment:
+class CreatePartitionsAssignment(Fields):
     """A CreatePartitionsAssignment of CreatePartitionsRequest."""
 
-    broker_ids: list[int] = field(default_factory=list)
+    __slots__ = ("broker_ids", "unknown_tagged_fields",)
+
+    broker_ids: list[int]
     """The assigned broker IDs. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        broker_ids: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.broker_ids = list() if broker_ids is MISSING else broker_ids
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class CreatePartitionsTopic:
+
+class CreatePartitionsTopic(Fields):
     """A CreatePartitionsTopic of CreatePartitionsRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "count", "assignments", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    count: int = 0
+    count: int
     """The new partition count. (versions 0+)"""
-    assignments: list[CreatePartitionsAssignment] | None = field(default_factory=list)
+    assignments: list[CreatePartitionsAssignment] | None
     """The new partition assignments. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        count: int = 0,
+        assignments: list[CreatePartitionsAssignment] | None = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.count = count
+        self.assignments = list() if assignments is MISSING else assignments
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class CreatePartitionsRequest(Message):
     """CreatePartitionsRequest (api key 37): versions 0-3, flexible 2-3."""
 
@@ -61,14 +81,28 @@ class CreatePartitionsRequest(Message):
     MAX_VERSION: ClassVar[int] = 3
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    topics: list[CreatePartitionsTopic] = field(default_factory=list)
+    __slots__ = ("topics", "timeout_ms", "validate_only", "unknown_tagged_fields",)
+
+    topics: list[CreatePartitionsTopic]
     """Each topic that we want to create new partitions inside. (versions 0+)"""
-    timeout_ms: int = 0
+    timeout_ms: int
     """The time in ms to wait for the partitions to be created. (versions 0+)"""
-    validate_only: bool = False
+    validate_only: bool
     """If true, then validate the request, but don't actually increase the number of partitions. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        topics: list[CreatePartitionsTopic] = MISSING,
+        timeout_ms: int = 0,
+        validate_only: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topics = list() if topics is MISSING else topics
+        self.timeout_ms = timeout_ms
+        self.validate_only = validate_only
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_create_partitions_assignment_v0_1(self: CreatePartitionsAssignment, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -32,49 +31,87 @@ _I32_BOOL = Struct(">i?")
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class CreatableReplicaAssignment:
+class CreatableReplicaAssignment(Fields):
     """A CreatableReplicaAssignment of CreateTopicsRequest."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "broker_ids", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    broker_ids: list[int] = field(default_factory=list)
+    broker_ids: list[int]
     """The brokers to place the partition on. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        broker_ids: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.broker_ids = list() if broker_ids is MISSING else broker_ids
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class CreatableTopicConfig:
+
+class CreatableTopicConfig(Fields):
     """A CreatableTopicConfig of CreateTopicsRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "value", "unknown_tagged_fields",)
+
+    name: str
     """The configuration name. (versions 0+)"""
-    value: str | None = ""
+    value: str | None
     """The configuration value. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        value: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class CreatableTopic:
+
+class CreatableTopic(Fields):
     """A CreatableTopic of CreateTopicsRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "num_partitions", "replication_factor", "assignments", "configs", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    num_partitions: int = 0
+    num_partitions: int
     """The number of partitions to create in the topic, or -1 if we are either specifying a manual partition assignment or using the default partitions. (versions 0+)"""
-    replication_factor: int = 0
+    replication_factor: int
     """The number of replicas to create for each partition in the topic, or -1 if we are either specifying a manual partition assignment or using the default replication factor. (versions 0+)"""
-    assignments: list[CreatableReplicaAssignment] = field(default_factory=list)
+    assignments: list[CreatableReplicaAssignment]
     """The manual partition assignment, or the empty array if we are using automatic assignment. (versions 0+)"""
-    configs: list[CreatableTopicConfig] = field(default_factory=list)
+    configs: list[CreatableTopicConfig]
     """The custom topic configurations to set. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        num_partitions: int = 0,
+        replication_factor: int = 0,
+        assignments: list[CreatableReplicaAssignment] = MISSING,
+        configs: list[CreatableTopicConfig] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.num_partitions = num_partitions
+        self.replication_factor = replication_factor
+        self.assignments = list() if assignments is MISSING else assignments
+        self.configs = list() if configs is MISSING else configs
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class CreateTopicsRequest(Message):
     """CreateTopicsRequest (api key 19): versions 0-7, deprecated 0-1, flexible 5-7."""
 
@@ -84,14 +121,28 @@ class CreateTopicsRequest(Message):
     MAX_VERSION: ClassVar[int] = 7
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 5
 
-    topics: list[CreatableTopic] = field(default_factory=list)
+    __slots__ = ("topics", "timeout_ms", "validate_only", "unknown_tagged_fields",)
+
+    topics: list[CreatableTopic]
     """The topics to create. (versions 0+)"""
-    timeout_ms: int = 60000
+    timeout_ms: int
     """How long to wait in milliseconds before timing out the request. (versions 0+)"""
-    validate_only: bool = False
+    validate_only: bool
     """If true, check that the topics can be created as specified, but don't create anything. (versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        topics: list[CreatableTopic] = MISSING,
+        timeout_ms: int = 60000,
+        validate_only: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topics = list() if topics is MISSING else topics
+        self.timeout_ms = timeout_ms
+        self.validate_only = validate_only
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_creatable_replica_assignment_v0_4(self: CreatableReplicaAssignment, out: bytearray) -> None:

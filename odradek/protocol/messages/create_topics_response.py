@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     ZERO_UUID,
@@ -38,49 +37,88 @@ _I32 = Struct(">i")
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class CreatableTopicConfigs:
+class CreatableTopicConfigs(Fields):
     """A CreatableTopicConfigs of CreateTopicsResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "value", "read_only", "config_source", "is_sensitive", "unknown_tagged_fields",)
+
+    name: str
     """The configuration name. (versions 5+)"""
-    value: str | None = ""
+    value: str | None
     """The configuration value. (versions 5+)"""
-    read_only: bool = False
+    read_only: bool
     """True if the configuration is read-only. (versions 5+)"""
-    config_source: int = -1
+    config_source: int
     """The configuration source. (versions 5+)"""
-    is_sensitive: bool = False
+    is_sensitive: bool
     """True if this configuration is sensitive. (versions 5+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        value: str | None = "",
+        read_only: bool = False,
+        config_source: int = -1,
+        is_sensitive: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.read_only = read_only
+        self.config_source = config_source
+        self.is_sensitive = is_sensitive
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class CreatableTopicResult:
+
+class CreatableTopicResult(Fields):
     """A CreatableTopicResult of CreateTopicsResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "topic_id", "error_code", "error_message", "topic_config_error_code", "num_partitions", "replication_factor", "configs", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    topic_id: UUID = ZERO_UUID
+    topic_id: UUID
     """The unique topic ID (versions 7+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The error message, or null if there was no error. (versions 1+)"""
-    topic_config_error_code: int = 0
+    topic_config_error_code: int
     """Optional topic config error returned if configs are not returned in the response. (versions 5+, tag 0)"""
-    num_partitions: int = -1
+    num_partitions: int
     """Number of partitions of the topic. (versions 5+)"""
-    replication_factor: int = -1
+    replication_factor: int
     """Replication factor of the topic. (versions 5+)"""
-    configs: list[CreatableTopicConfigs] | None = field(default_factory=list)
+    configs: list[CreatableTopicConfigs] | None
     """Configuration of the topic. (versions 5+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        topic_id: UUID = ZERO_UUID,
+        error_code: int = 0,
+        error_message: str | None = "",
+        topic_config_error_code: int = 0,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: list[CreatableTopicConfigs] | None = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.error_code = error_code
+        self.error_message = error_message
+        self.topic_config_error_code = topic_config_error_code
+        self.num_partitions = num_partitions
+        self.replication_factor = replication_factor
+        self.configs = list() if configs is MISSING else configs
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class CreateTopicsResponse(Message):
     """CreateTopicsResponse (api key 19): versions 0-7, flexible 5-7."""
 
@@ -90,12 +128,24 @@ class CreateTopicsResponse(Message):
     MAX_VERSION: ClassVar[int] = 7
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 5
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "topics", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 2+)"""
-    topics: list[CreatableTopicResult] = field(default_factory=list)
+    topics: list[CreatableTopicResult]
     """Results for each topic we tried to create. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[CreatableTopicResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_creatable_topic_configs_v5_7(self: CreatableTopicConfigs, out: bytearray) -> None:

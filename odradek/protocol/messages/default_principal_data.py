@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -19,7 +18,6 @@ from odradek.protocol.primitives import (
 _BOOL = Struct(">?")
 
 
-@dataclass(slots=True)
 class DefaultPrincipalData(Message):
     """DefaultPrincipalData: versions 0, flexible 0."""
 
@@ -28,14 +26,28 @@ class DefaultPrincipalData(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    type: str = ""
+    __slots__ = ("type", "name", "token_authenticated", "unknown_tagged_fields",)
+
+    type: str
     """The principal type (versions 0+)"""
-    name: str = ""
+    name: str
     """The principal name (versions 0+)"""
-    token_authenticated: bool = False
+    token_authenticated: bool
     """Whether the principal was authenticated by a delegation token on the forwarding broker. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        type: str = "",
+        name: str = "",
+        token_authenticated: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.type = type
+        self.name = name
+        self.token_authenticated = token_authenticated
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_default_principal_data_v0(self: DefaultPrincipalData, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -27,29 +26,49 @@ _I8 = Struct(">b")
 _I8_I8 = Struct(">bb")
 
 
-@dataclass(slots=True)
-class DeleteAclsFilter:
+class DeleteAclsFilter(Fields):
     """A DeleteAclsFilter of DeleteAclsRequest."""
 
-    resource_type_filter: int = 0
+    __slots__ = ("resource_type_filter", "resource_name_filter", "pattern_type_filter", "principal_filter", "host_filter", "operation", "permission_type", "unknown_tagged_fields",)
+
+    resource_type_filter: int
     """The resource type. (versions 0+)"""
-    resource_name_filter: str | None = ""
+    resource_name_filter: str | None
     """The resource name. (versions 0+)"""
-    pattern_type_filter: int = 3
+    pattern_type_filter: int
     """The pattern type. (versions 1+)"""
-    principal_filter: str | None = ""
+    principal_filter: str | None
     """The principal filter, or null to accept all principals. (versions 0+)"""
-    host_filter: str | None = ""
+    host_filter: str | None
     """The host filter, or null to accept all hosts. (versions 0+)"""
-    operation: int = 0
+    operation: int
     """The ACL operation. (versions 0+)"""
-    permission_type: int = 0
+    permission_type: int
     """The permission type. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        resource_type_filter: int = 0,
+        resource_name_filter: str | None = "",
+        pattern_type_filter: int = 3,
+        principal_filter: str | None = "",
+        host_filter: str | None = "",
+        operation: int = 0,
+        permission_type: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.resource_type_filter = resource_type_filter
+        self.resource_name_filter = resource_name_filter
+        self.pattern_type_filter = pattern_type_filter
+        self.principal_filter = principal_filter
+        self.host_filter = host_filter
+        self.operation = operation
+        self.permission_type = permission_type
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DeleteAclsRequest(Message):
     """DeleteAclsRequest (api key 31): versions 0-3, deprecated 0, flexible 2-3."""
 
@@ -59,10 +78,20 @@ class DeleteAclsRequest(Message):
     MAX_VERSION: ClassVar[int] = 3
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    filters: list[DeleteAclsFilter] = field(default_factory=list)
+    __slots__ = ("filters", "unknown_tagged_fields",)
+
+    filters: list[DeleteAclsFilter]
     """The filters to use when deleting ACLs. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        filters: list[DeleteAclsFilter] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.filters = list() if filters is MISSING else filters
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_delete_acls_filter_v0(self: DeleteAclsFilter, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -33,47 +32,84 @@ _I8 = Struct(">b")
 _I8_I8 = Struct(">bb")
 
 
-@dataclass(slots=True)
-class DeleteAclsMatchingAcl:
+class DeleteAclsMatchingAcl(Fields):
     """A DeleteAclsMatchingAcl of DeleteAclsResponse."""
 
-    error_code: int = 0
+    __slots__ = ("error_code", "error_message", "resource_type", "resource_name", "pattern_type", "principal", "host", "operation", "permission_type", "unknown_tagged_fields",)
+
+    error_code: int
     """The deletion error code, or 0 if the deletion succeeded. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The deletion error message, or null if the deletion succeeded. (versions 0+)"""
-    resource_type: int = 0
+    resource_type: int
     """The ACL resource type. (versions 0+)"""
-    resource_name: str = ""
+    resource_name: str
     """The ACL resource name. (versions 0+)"""
-    pattern_type: int = 3
+    pattern_type: int
     """The ACL resource pattern type. (versions 1+)"""
-    principal: str = ""
+    principal: str
     """The ACL principal. (versions 0+)"""
-    host: str = ""
+    host: str
     """The ACL host. (versions 0+)"""
-    operation: int = 0
+    operation: int
     """The ACL operation. (versions 0+)"""
-    permission_type: int = 0
+    permission_type: int
     """The ACL permission type. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = "",
+        resource_type: int = 0,
+        resource_name: str = "",
+        pattern_type: int = 3,
+        principal: str = "",
+        host: str = "",
+        operation: int = 0,
+        permission_type: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.pattern_type = pattern_type
+        self.principal = principal
+        self.host = host
+        self.operation = operation
+        self.permission_type = permission_type
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class DeleteAclsFilterResult:
+
+class DeleteAclsFilterResult(Fields):
     """A DeleteAclsFilterResult of DeleteAclsResponse."""
 
-    error_code: int = 0
+    __slots__ = ("error_code", "error_message", "matching_acls", "unknown_tagged_fields",)
+
+    error_code: int
     """The error code, or 0 if the filter succeeded. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The error message, or null if the filter succeeded. (versions 0+)"""
-    matching_acls: list[DeleteAclsMatchingAcl] = field(default_factory=list)
+    matching_acls: list[DeleteAclsMatchingAcl]
     """The ACLs which matched this filter. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = "",
+        matching_acls: list[DeleteAclsMatchingAcl] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.matching_acls = list() if matching_acls is MISSING else matching_acls
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DeleteAclsResponse(Message):
     """DeleteAclsResponse (api key 31): versions 0-3, flexible 2-3."""
 
@@ -83,12 +119,24 @@ class DeleteAclsResponse(Message):
     MAX_VERSION: ClassVar[int] = 3
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "filter_results", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    filter_results: list[DeleteAclsFilterResult] = field(default_factory=list)
+    filter_results: list[DeleteAclsFilterResult]
     """The results for each filter. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        filter_results: list[DeleteAclsFilterResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.filter_results = list() if filter_results is MISSING else filter_results
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_delete_acls_matching_acl_v0(self: DeleteAclsMatchingAcl, out: bytearray) -> None:

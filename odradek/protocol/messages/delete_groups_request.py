@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -22,7 +21,6 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class DeleteGroupsRequest(Message):
     """DeleteGroupsRequest (api key 42): versions 0-2, deprecated 0, flexible 2."""
 
@@ -32,10 +30,20 @@ class DeleteGroupsRequest(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    groups_names: list[str] = field(default_factory=list)
+    __slots__ = ("groups_names", "unknown_tagged_fields",)
+
+    groups_names: list[str]
     """The group names to delete. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        groups_names: list[str] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.groups_names = list() if groups_names is MISSING else groups_names
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_delete_groups_request_v0_1(self: DeleteGroupsRequest, out: bytearray) -> None:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -26,31 +25,52 @@ _I32 = Struct(">i")
 _I32_I64 = Struct(">iq")
 
 
-@dataclass(slots=True)
-class DeleteRecordsPartition:
+class DeleteRecordsPartition(Fields):
     """A DeleteRecordsPartition of DeleteRecordsRequest."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "offset", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    offset: int = 0
+    offset: int
     """The deletion offset. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        offset: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.offset = offset
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class DeleteRecordsTopic:
+
+class DeleteRecordsTopic(Fields):
     """A DeleteRecordsTopic of DeleteRecordsRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    partitions: list[DeleteRecordsPartition] = field(default_factory=list)
+    partitions: list[DeleteRecordsPartition]
     """Each partition that we want to delete records from. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[DeleteRecordsPartition] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DeleteRecordsRequest(Message):
     """DeleteRecordsRequest (api key 21): versions 0-2, flexible 2."""
 
@@ -60,12 +80,24 @@ class DeleteRecordsRequest(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    topics: list[DeleteRecordsTopic] = field(default_factory=list)
+    __slots__ = ("topics", "timeout_ms", "unknown_tagged_fields",)
+
+    topics: list[DeleteRecordsTopic]
     """Each topic that we want to delete records from. (versions 0+)"""
-    timeout_ms: int = 0
+    timeout_ms: int
     """How long to wait for the deletion to complete, in milliseconds. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        topics: list[DeleteRecordsTopic] = MISSING,
+        timeout_ms: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topics = list() if topics is MISSING else topics
+        self.timeout_ms = timeout_ms
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_delete_records_partition_v0_1(self: DeleteRecordsPartition, out: bytearray) -> None:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -26,33 +25,56 @@ _I32 = Struct(">i")
 _I32_I64_I16 = Struct(">iqh")
 
 
-@dataclass(slots=True)
-class DeleteRecordsPartitionResult:
+class DeleteRecordsPartitionResult(Fields):
     """A DeleteRecordsPartitionResult of DeleteRecordsResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "low_watermark", "error_code", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    low_watermark: int = 0
+    low_watermark: int
     """The partition low water mark. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The deletion error code, or 0 if the deletion succeeded. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        low_watermark: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.low_watermark = low_watermark
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class DeleteRecordsTopicResult:
+
+class DeleteRecordsTopicResult(Fields):
     """A DeleteRecordsTopicResult of DeleteRecordsResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    partitions: list[DeleteRecordsPartitionResult] = field(default_factory=list)
+    partitions: list[DeleteRecordsPartitionResult]
     """Each partition that we wanted to delete records from. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[DeleteRecordsPartitionResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DeleteRecordsResponse(Message):
     """DeleteRecordsResponse (api key 21): versions 0-2, flexible 2."""
 
@@ -62,12 +84,24 @@ class DeleteRecordsResponse(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "topics", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    topics: list[DeleteRecordsTopicResult] = field(default_factory=list)
+    topics: list[DeleteRecordsTopicResult]
     """Each topic that we wanted to delete records from. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[DeleteRecordsTopicResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_delete_records_partition_result_v0_1(self: DeleteRecordsPartitionResult, out: bytearray) -> None:

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     ZERO_UUID,
@@ -31,19 +30,29 @@ from odradek.protocol.primitives import (
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class DeleteTopicState:
+class DeleteTopicState(Fields):
     """A DeleteTopicState of DeleteTopicsRequest."""
 
-    name: str | None = None
+    __slots__ = ("name", "topic_id", "unknown_tagged_fields",)
+
+    name: str | None
     """The topic name (versions 6+)"""
-    topic_id: UUID = ZERO_UUID
+    topic_id: UUID
     """The unique topic ID (versions 6+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str | None = None,
+        topic_id: UUID = ZERO_UUID,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DeleteTopicsRequest(Message):
     """DeleteTopicsRequest (api key 20): versions 0-6, deprecated 0, flexible 4-6."""
 
@@ -53,14 +62,28 @@ class DeleteTopicsRequest(Message):
     MAX_VERSION: ClassVar[int] = 6
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 4
 
-    topics: list[DeleteTopicState] = field(default_factory=list)
+    __slots__ = ("topics", "topic_names", "timeout_ms", "unknown_tagged_fields",)
+
+    topics: list[DeleteTopicState]
     """The name or topic ID of the topic (versions 6+)"""
-    topic_names: list[str] = field(default_factory=list)
+    topic_names: list[str]
     """The names of the topics to delete (versions 0-5)"""
-    timeout_ms: int = 0
+    timeout_ms: int
     """The length of time in milliseconds to wait for the deletions to complete. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        topics: list[DeleteTopicState] = MISSING,
+        topic_names: list[str] = MISSING,
+        timeout_ms: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topics = list() if topics is MISSING else topics
+        self.topic_names = list() if topic_names is MISSING else topic_names
+        self.timeout_ms = timeout_ms
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_delete_topic_state_v6(self: DeleteTopicState, out: bytearray) -> None:
@@ -80,7 +103,7 @@ def _decode_delete_topic_state_v6(buf: Buffer, pos: int) -> tuple[DeleteTopicSta
 
 
 def _encode_delete_topics_request_v0_3(self: DeleteTopicsRequest, out: bytearray) -> None:
-    if self.topics:
+    if self.topics != list():
         raise EncodeError("topics exists only in versions 6+ and is not ignorable")
     out += INT32.pack(len(self.topic_names))
     for topic_names_item in self.topic_names:
@@ -100,7 +123,7 @@ def _decode_delete_topics_request_v0_3(buf: Buffer, pos: int) -> tuple[DeleteTop
 
 
 def _encode_delete_topics_request_v4_5(self: DeleteTopicsRequest, out: bytearray) -> None:
-    if self.topics:
+    if self.topics != list():
         raise EncodeError("topics exists only in versions 6+ and is not ignorable")
     write_uvarint(out, len(self.topic_names) + 1)
     for topic_names_item in self.topic_names:

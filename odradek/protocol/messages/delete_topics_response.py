@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     ZERO_UUID,
@@ -31,23 +30,37 @@ _I16 = Struct(">h")
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class DeletableTopicResult:
+class DeletableTopicResult(Fields):
     """A DeletableTopicResult of DeleteTopicsResponse."""
 
-    name: str | None = ""
+    __slots__ = ("name", "topic_id", "error_code", "error_message", "unknown_tagged_fields",)
+
+    name: str | None
     """The topic name (versions 0+)"""
-    topic_id: UUID = ZERO_UUID
+    topic_id: UUID
     """the unique topic ID (versions 6+)"""
-    error_code: int = 0
+    error_code: int
     """The deletion error, or 0 if the deletion succeeded. (versions 0+)"""
-    error_message: str | None = None
+    error_message: str | None
     """The error message, or null if there was no error. (versions 5+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str | None = "",
+        topic_id: UUID = ZERO_UUID,
+        error_code: int = 0,
+        error_message: str | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DeleteTopicsResponse(Message):
     """DeleteTopicsResponse (api key 20): versions 0-6, flexible 4-6."""
 
@@ -57,12 +70,24 @@ class DeleteTopicsResponse(Message):
     MAX_VERSION: ClassVar[int] = 6
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 4
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "responses", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 1+)"""
-    responses: list[DeletableTopicResult] = field(default_factory=list)
+    responses: list[DeletableTopicResult]
     """The results for each topic we tried to delete. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        responses: list[DeletableTopicResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.responses = list() if responses is MISSING else responses
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_deletable_topic_result_v0_3(self: DeletableTopicResult, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -23,7 +22,6 @@ _I8 = Struct(">b")
 _I8_I8 = Struct(">bb")
 
 
-@dataclass(slots=True)
 class DescribeAclsRequest(Message):
     """DescribeAclsRequest (api key 29): versions 0-3, deprecated 0, flexible 2-3."""
 
@@ -33,22 +31,44 @@ class DescribeAclsRequest(Message):
     MAX_VERSION: ClassVar[int] = 3
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    resource_type_filter: int = 0
+    __slots__ = ("resource_type_filter", "resource_name_filter", "pattern_type_filter", "principal_filter", "host_filter", "operation", "permission_type", "unknown_tagged_fields",)
+
+    resource_type_filter: int
     """The resource type. (versions 0+)"""
-    resource_name_filter: str | None = ""
+    resource_name_filter: str | None
     """The resource name, or null to match any resource name. (versions 0+)"""
-    pattern_type_filter: int = 3
+    pattern_type_filter: int
     """The resource pattern to match. (versions 1+)"""
-    principal_filter: str | None = ""
+    principal_filter: str | None
     """The principal to match, or null to match any principal. (versions 0+)"""
-    host_filter: str | None = ""
+    host_filter: str | None
     """The host to match, or null to match any host. (versions 0+)"""
-    operation: int = 0
+    operation: int
     """The operation to match. (versions 0+)"""
-    permission_type: int = 0
+    permission_type: int
     """The permission type to match. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        resource_type_filter: int = 0,
+        resource_name_filter: str | None = "",
+        pattern_type_filter: int = 3,
+        principal_filter: str | None = "",
+        host_filter: str | None = "",
+        operation: int = 0,
+        permission_type: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.resource_type_filter = resource_type_filter
+        self.resource_name_filter = resource_name_filter
+        self.pattern_type_filter = pattern_type_filter
+        self.principal_filter = principal_filter
+        self.host_filter = host_filter
+        self.operation = operation
+        self.permission_type = permission_type
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_describe_acls_request_v0(self: DescribeAclsRequest, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -32,39 +31,68 @@ _I8 = Struct(">b")
 _I8_I8 = Struct(">bb")
 
 
-@dataclass(slots=True)
-class AclDescription:
+class AclDescription(Fields):
     """A AclDescription of DescribeAclsResponse."""
 
-    principal: str = ""
+    __slots__ = ("principal", "host", "operation", "permission_type", "unknown_tagged_fields",)
+
+    principal: str
     """The ACL principal. (versions 0+)"""
-    host: str = ""
+    host: str
     """The ACL host. (versions 0+)"""
-    operation: int = 0
+    operation: int
     """The ACL operation. (versions 0+)"""
-    permission_type: int = 0
+    permission_type: int
     """The ACL permission type. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        principal: str = "",
+        host: str = "",
+        operation: int = 0,
+        permission_type: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.principal = principal
+        self.host = host
+        self.operation = operation
+        self.permission_type = permission_type
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class DescribeAclsResource:
+
+class DescribeAclsResource(Fields):
     """A DescribeAclsResource of DescribeAclsResponse."""
 
-    resource_type: int = 0
+    __slots__ = ("resource_type", "resource_name", "pattern_type", "acls", "unknown_tagged_fields",)
+
+    resource_type: int
     """The resource type. (versions 0+)"""
-    resource_name: str = ""
+    resource_name: str
     """The resource name. (versions 0+)"""
-    pattern_type: int = 3
+    pattern_type: int
     """The resource pattern type. (versions 1+)"""
-    acls: list[AclDescription] = field(default_factory=list)
+    acls: list[AclDescription]
     """The ACLs. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        resource_type: int = 0,
+        resource_name: str = "",
+        pattern_type: int = 3,
+        acls: list[AclDescription] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.pattern_type = pattern_type
+        self.acls = list() if acls is MISSING else acls
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeAclsResponse(Message):
     """DescribeAclsResponse (api key 29): versions 0-3, flexible 2-3."""
 
@@ -74,16 +102,32 @@ class DescribeAclsResponse(Message):
     MAX_VERSION: ClassVar[int] = 3
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "resources", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The error message, or null if there was no error. (versions 0+)"""
-    resources: list[DescribeAclsResource] = field(default_factory=list)
+    resources: list[DescribeAclsResource]
     """Each Resource that is referenced in an ACL. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        resources: list[DescribeAclsResource] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resources = list() if resources is MISSING else resources
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_acl_description_v0_1(self: AclDescription, out: bytearray) -> None:

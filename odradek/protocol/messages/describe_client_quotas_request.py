@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -30,21 +29,33 @@ _BOOL = Struct(">?")
 _I8 = Struct(">b")
 
 
-@dataclass(slots=True)
-class ComponentData:
+class ComponentData(Fields):
     """A ComponentData of DescribeClientQuotasRequest."""
 
-    entity_type: str = ""
+    __slots__ = ("entity_type", "match_type", "match", "unknown_tagged_fields",)
+
+    entity_type: str
     """The entity type that the filter component applies to. (versions 0+)"""
-    match_type: int = 0
+    match_type: int
     """How to match the entity {0 = exact name, 1 = default name, 2 = any specified name}. (versions 0+)"""
-    match: str | None = ""
+    match: str | None
     """The string to match against, or null if unused for the match type. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        entity_type: str = "",
+        match_type: int = 0,
+        match: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.entity_type = entity_type
+        self.match_type = match_type
+        self.match = match
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeClientQuotasRequest(Message):
     """DescribeClientQuotasRequest (api key 48): versions 0-1, flexible 1."""
 
@@ -54,12 +65,24 @@ class DescribeClientQuotasRequest(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 1
 
-    components: list[ComponentData] = field(default_factory=list)
+    __slots__ = ("components", "strict", "unknown_tagged_fields",)
+
+    components: list[ComponentData]
     """Filter components to apply to quota entities. (versions 0+)"""
-    strict: bool = False
+    strict: bool
     """Whether the match is strict, i.e. should exclude entities with unspecified entity types. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        components: list[ComponentData] = MISSING,
+        strict: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.components = list() if components is MISSING else components
+        self.strict = strict
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_component_data_v0(self: ComponentData, out: bytearray) -> None:

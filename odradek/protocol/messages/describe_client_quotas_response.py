@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     NULL_INT32,
@@ -31,43 +30,75 @@ _F64 = Struct(">d")
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class EntityData:
+class EntityData(Fields):
     """A EntityData of DescribeClientQuotasResponse."""
 
-    entity_type: str = ""
+    __slots__ = ("entity_type", "entity_name", "unknown_tagged_fields",)
+
+    entity_type: str
     """The entity type. (versions 0+)"""
-    entity_name: str | None = ""
+    entity_name: str | None
     """The entity name, or null if the default. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        entity_type: str = "",
+        entity_name: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.entity_type = entity_type
+        self.entity_name = entity_name
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class ValueData:
+
+class ValueData(Fields):
     """A ValueData of DescribeClientQuotasResponse."""
 
-    key: str = ""
+    __slots__ = ("key", "value", "unknown_tagged_fields",)
+
+    key: str
     """The quota configuration key. (versions 0+)"""
-    value: float = 0.0
+    value: float
     """The quota configuration value. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        key: str = "",
+        value: float = 0.0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.key = key
+        self.value = value
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class EntryData:
+
+class EntryData(Fields):
     """A EntryData of DescribeClientQuotasResponse."""
 
-    entity: list[EntityData] = field(default_factory=list)
+    __slots__ = ("entity", "values", "unknown_tagged_fields",)
+
+    entity: list[EntityData]
     """The quota entity description. (versions 0+)"""
-    values: list[ValueData] = field(default_factory=list)
+    values: list[ValueData]
     """The quota values for the entity. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        entity: list[EntityData] = MISSING,
+        values: list[ValueData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.entity = list() if entity is MISSING else entity
+        self.values = list() if values is MISSING else values
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeClientQuotasResponse(Message):
     """DescribeClientQuotasResponse (api key 48): versions 0-1, flexible 1."""
 
@@ -77,16 +108,32 @@ class DescribeClientQuotasResponse(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 1
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "entries", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or `0` if the quota description succeeded. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The error message, or `null` if the quota description succeeded. (versions 0+)"""
-    entries: list[EntryData] | None = field(default_factory=list)
+    entries: list[EntryData] | None
     """A result entry. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        entries: list[EntryData] | None = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.entries = list() if entries is MISSING else entries
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_entity_data_v0(self: EntityData, out: bytearray) -> None:

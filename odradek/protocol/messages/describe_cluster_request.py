@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -19,7 +18,6 @@ _BOOL = Struct(">?")
 _BOOL_I8 = Struct(">?b")
 
 
-@dataclass(slots=True)
 class DescribeClusterRequest(Message):
     """DescribeClusterRequest (api key 60): versions 0-1, flexible 0-1."""
 
@@ -29,12 +27,24 @@ class DescribeClusterRequest(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    include_cluster_authorized_operations: bool = False
+    __slots__ = ("include_cluster_authorized_operations", "endpoint_type", "unknown_tagged_fields",)
+
+    include_cluster_authorized_operations: bool
     """Whether to include cluster authorized operations. (versions 0+)"""
-    endpoint_type: int = 1
+    endpoint_type: int
     """The endpoint type to describe. 1=brokers, 2=controllers. (versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        include_cluster_authorized_operations: bool = False,
+        endpoint_type: int = 1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.include_cluster_authorized_operations = include_cluster_authorized_operations
+        self.endpoint_type = endpoint_type
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_describe_cluster_request_v0(self: DescribeClusterRequest, out: bytearray) -> None:

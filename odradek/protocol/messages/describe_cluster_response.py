@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -26,23 +25,37 @@ _I32_I16 = Struct(">ih")
 _I8 = Struct(">b")
 
 
-@dataclass(slots=True)
-class DescribeClusterBroker:
+class DescribeClusterBroker(Fields):
     """A DescribeClusterBroker of DescribeClusterResponse."""
 
-    broker_id: int = 0
+    __slots__ = ("broker_id", "host", "port", "rack", "unknown_tagged_fields",)
+
+    broker_id: int
     """The broker ID. (versions 0+)"""
-    host: str = ""
+    host: str
     """The broker hostname. (versions 0+)"""
-    port: int = 0
+    port: int
     """The broker port. (versions 0+)"""
-    rack: str | None = None
+    rack: str | None
     """The rack of the broker, or null if it has not been assigned to a rack. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        broker_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        rack: str | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeClusterResponse(Message):
     """DescribeClusterResponse (api key 60): versions 0-1, flexible 0-1."""
 
@@ -52,24 +65,48 @@ class DescribeClusterResponse(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "endpoint_type", "cluster_id", "controller_id", "brokers", "cluster_authorized_operations", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The top-level error code, or 0 if there was no error (versions 0+)"""
-    error_message: str | None = None
+    error_message: str | None
     """The top-level error message, or null if there was no error. (versions 0+)"""
-    endpoint_type: int = 1
+    endpoint_type: int
     """The endpoint type that was described. 1=brokers, 2=controllers. (versions 1+)"""
-    cluster_id: str = ""
+    cluster_id: str
     """The cluster ID that responding broker belongs to. (versions 0+)"""
-    controller_id: int = -1
+    controller_id: int
     """The ID of the controller broker. (versions 0+)"""
-    brokers: list[DescribeClusterBroker] = field(default_factory=list)
+    brokers: list[DescribeClusterBroker]
     """Each broker in the response. (versions 0+)"""
-    cluster_authorized_operations: int = -2147483648
+    cluster_authorized_operations: int
     """32-bit bitfield to represent authorized operations for this cluster. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        endpoint_type: int = 1,
+        cluster_id: str = "",
+        controller_id: int = -1,
+        brokers: list[DescribeClusterBroker] = MISSING,
+        cluster_authorized_operations: int = -2147483648,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.endpoint_type = endpoint_type
+        self.cluster_id = cluster_id
+        self.controller_id = controller_id
+        self.brokers = list() if brokers is MISSING else brokers
+        self.cluster_authorized_operations = cluster_authorized_operations
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_describe_cluster_broker_v0_1(self: DescribeClusterBroker, out: bytearray) -> None:

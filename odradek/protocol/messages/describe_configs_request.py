@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     NULL_INT32,
@@ -29,21 +28,33 @@ _BOOL_BOOL = Struct(">??")
 _I8 = Struct(">b")
 
 
-@dataclass(slots=True)
-class DescribeConfigsResource:
+class DescribeConfigsResource(Fields):
     """A DescribeConfigsResource of DescribeConfigsRequest."""
 
-    resource_type: int = 0
+    __slots__ = ("resource_type", "resource_name", "configuration_keys", "unknown_tagged_fields",)
+
+    resource_type: int
     """The resource type. (versions 0+)"""
-    resource_name: str = ""
+    resource_name: str
     """The resource name. (versions 0+)"""
-    configuration_keys: list[str] | None = field(default_factory=list)
+    configuration_keys: list[str] | None
     """The configuration keys to list, or null to list all configuration keys. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        resource_type: int = 0,
+        resource_name: str = "",
+        configuration_keys: list[str] | None = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.configuration_keys = list() if configuration_keys is MISSING else configuration_keys
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeConfigsRequest(Message):
     """DescribeConfigsRequest (api key 32): versions 0-4, deprecated 0, flexible 4."""
 
@@ -53,14 +64,28 @@ class DescribeConfigsRequest(Message):
     MAX_VERSION: ClassVar[int] = 4
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 4
 
-    resources: list[DescribeConfigsResource] = field(default_factory=list)
+    __slots__ = ("resources", "include_synonyms", "include_documentation", "unknown_tagged_fields",)
+
+    resources: list[DescribeConfigsResource]
     """The resources whose configurations we want to describe. (versions 0+)"""
-    include_synonyms: bool = False
+    include_synonyms: bool
     """True if we should include all synonyms. (versions 1+)"""
-    include_documentation: bool = False
+    include_documentation: bool
     """True if we should include configuration documentation. (versions 3+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        resources: list[DescribeConfigsResource] = MISSING,
+        include_synonyms: bool = False,
+        include_documentation: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.resources = list() if resources is MISSING else resources
+        self.include_synonyms = include_synonyms
+        self.include_documentation = include_documentation
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_describe_configs_resource_v0_3(self: DescribeConfigsResource, out: bytearray) -> None:

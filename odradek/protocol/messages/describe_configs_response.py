@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -34,65 +33,119 @@ _I32 = Struct(">i")
 _I8 = Struct(">b")
 
 
-@dataclass(slots=True)
-class DescribeConfigsSynonym:
+class DescribeConfigsSynonym(Fields):
     """A DescribeConfigsSynonym of DescribeConfigsResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "value", "source", "unknown_tagged_fields",)
+
+    name: str
     """The synonym name. (versions 1+)"""
-    value: str | None = ""
+    value: str | None
     """The synonym value. (versions 1+)"""
-    source: int = 0
+    source: int
     """The synonym source. (versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        value: str | None = "",
+        source: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.source = source
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class DescribeConfigsResourceResult:
+
+class DescribeConfigsResourceResult(Fields):
     """A DescribeConfigsResourceResult of DescribeConfigsResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "value", "read_only", "is_default", "config_source", "is_sensitive", "synonyms", "config_type", "documentation", "unknown_tagged_fields",)
+
+    name: str
     """The configuration name. (versions 0+)"""
-    value: str | None = ""
+    value: str | None
     """The configuration value. (versions 0+)"""
-    read_only: bool = False
+    read_only: bool
     """True if the configuration is read-only. (versions 0+)"""
-    is_default: bool = False
+    is_default: bool
     """True if the configuration is not set. (versions 0)"""
-    config_source: int = -1
+    config_source: int
     """The configuration source. (versions 1+)"""
-    is_sensitive: bool = False
+    is_sensitive: bool
     """True if this configuration is sensitive. (versions 0+)"""
-    synonyms: list[DescribeConfigsSynonym] = field(default_factory=list)
+    synonyms: list[DescribeConfigsSynonym]
     """The synonyms for this configuration key. (versions 1+)"""
-    config_type: int = 0
+    config_type: int
     """The configuration data type. Type can be one of the following values - BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, CLASS, PASSWORD (versions 3+)"""
-    documentation: str | None = ""
+    documentation: str | None
     """The configuration documentation. (versions 3+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        value: str | None = "",
+        read_only: bool = False,
+        is_default: bool = False,
+        config_source: int = -1,
+        is_sensitive: bool = False,
+        synonyms: list[DescribeConfigsSynonym] = MISSING,
+        config_type: int = 0,
+        documentation: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.read_only = read_only
+        self.is_default = is_default
+        self.config_source = config_source
+        self.is_sensitive = is_sensitive
+        self.synonyms = list() if synonyms is MISSING else synonyms
+        self.config_type = config_type
+        self.documentation = documentation
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class DescribeConfigsResult:
+
+class DescribeConfigsResult(Fields):
     """A DescribeConfigsResult of DescribeConfigsResponse."""
 
-    error_code: int = 0
+    __slots__ = ("error_code", "error_message", "resource_type", "resource_name", "configs", "unknown_tagged_fields",)
+
+    error_code: int
     """The error code, or 0 if we were able to successfully describe the configurations. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The error message, or null if we were able to successfully describe the configurations. (versions 0+)"""
-    resource_type: int = 0
+    resource_type: int
     """The resource type. (versions 0+)"""
-    resource_name: str = ""
+    resource_name: str
     """The resource name. (versions 0+)"""
-    configs: list[DescribeConfigsResourceResult] = field(default_factory=list)
+    configs: list[DescribeConfigsResourceResult]
     """Each listed configuration. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = "",
+        resource_type: int = 0,
+        resource_name: str = "",
+        configs: list[DescribeConfigsResourceResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.configs = list() if configs is MISSING else configs
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeConfigsResponse(Message):
     """DescribeConfigsResponse (api key 32): versions 0-4, flexible 4."""
 
@@ -102,12 +155,24 @@ class DescribeConfigsResponse(Message):
     MAX_VERSION: ClassVar[int] = 4
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 4
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "results", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    results: list[DescribeConfigsResult] = field(default_factory=list)
+    results: list[DescribeConfigsResult]
     """The results for each resource. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        results: list[DescribeConfigsResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = list() if results is MISSING else results
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_describe_configs_synonym_v1_3(self: DescribeConfigsSynonym, out: bytearray) -> None:

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     NULL_INT32,
@@ -23,19 +22,29 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
-class DescribeDelegationTokenOwner:
+class DescribeDelegationTokenOwner(Fields):
     """A DescribeDelegationTokenOwner of DescribeDelegationTokenRequest."""
 
-    principal_type: str = ""
+    __slots__ = ("principal_type", "principal_name", "unknown_tagged_fields",)
+
+    principal_type: str
     """The owner principal type. (versions 0+)"""
-    principal_name: str = ""
+    principal_name: str
     """The owner principal name. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        principal_type: str = "",
+        principal_name: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeDelegationTokenRequest(Message):
     """DescribeDelegationTokenRequest (api key 41): versions 0-3, deprecated 0, flexible 2-3."""
 
@@ -45,10 +54,20 @@ class DescribeDelegationTokenRequest(Message):
     MAX_VERSION: ClassVar[int] = 3
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    owners: list[DescribeDelegationTokenOwner] | None = field(default_factory=list)
+    __slots__ = ("owners", "unknown_tagged_fields",)
+
+    owners: list[DescribeDelegationTokenOwner] | None
     """Each owner that we want to describe delegation tokens for, or null to describe all tokens. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        owners: list[DescribeDelegationTokenOwner] | None = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.owners = list() if owners is MISSING else owners
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_describe_delegation_token_owner_v0_1(self: DescribeDelegationTokenOwner, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -32,47 +31,84 @@ _I32 = Struct(">i")
 _I64_I64_I64 = Struct(">qqq")
 
 
-@dataclass(slots=True)
-class DescribedDelegationTokenRenewer:
+class DescribedDelegationTokenRenewer(Fields):
     """A DescribedDelegationTokenRenewer of DescribeDelegationTokenResponse."""
 
-    principal_type: str = ""
+    __slots__ = ("principal_type", "principal_name", "unknown_tagged_fields",)
+
+    principal_type: str
     """The renewer principal type (versions 0+)"""
-    principal_name: str = ""
+    principal_name: str
     """The renewer principal name (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        principal_type: str = "",
+        principal_name: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class DescribedDelegationToken:
+
+class DescribedDelegationToken(Fields):
     """A DescribedDelegationToken of DescribeDelegationTokenResponse."""
 
-    principal_type: str = ""
+    __slots__ = ("principal_type", "principal_name", "token_requester_principal_type", "token_requester_principal_name", "issue_timestamp", "expiry_timestamp", "max_timestamp", "token_id", "hmac", "renewers", "unknown_tagged_fields",)
+
+    principal_type: str
     """The token principal type. (versions 0+)"""
-    principal_name: str = ""
+    principal_name: str
     """The token principal name. (versions 0+)"""
-    token_requester_principal_type: str = ""
+    token_requester_principal_type: str
     """The principal type of the requester of the token. (versions 3+)"""
-    token_requester_principal_name: str = ""
+    token_requester_principal_name: str
     """The principal type of the requester of the token. (versions 3+)"""
-    issue_timestamp: int = 0
+    issue_timestamp: int
     """The token issue timestamp in milliseconds. (versions 0+)"""
-    expiry_timestamp: int = 0
+    expiry_timestamp: int
     """The token expiry timestamp in milliseconds. (versions 0+)"""
-    max_timestamp: int = 0
+    max_timestamp: int
     """The token maximum timestamp length in milliseconds. (versions 0+)"""
-    token_id: str = ""
+    token_id: str
     """The token ID. (versions 0+)"""
-    hmac: Buffer = b""
+    hmac: Buffer
     """The token HMAC. (versions 0+)"""
-    renewers: list[DescribedDelegationTokenRenewer] = field(default_factory=list)
+    renewers: list[DescribedDelegationTokenRenewer]
     """Those who are able to renew this token before it expires. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        principal_type: str = "",
+        principal_name: str = "",
+        token_requester_principal_type: str = "",
+        token_requester_principal_name: str = "",
+        issue_timestamp: int = 0,
+        expiry_timestamp: int = 0,
+        max_timestamp: int = 0,
+        token_id: str = "",
+        hmac: Buffer = b"",
+        renewers: list[DescribedDelegationTokenRenewer] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+        self.token_requester_principal_type = token_requester_principal_type
+        self.token_requester_principal_name = token_requester_principal_name
+        self.issue_timestamp = issue_timestamp
+        self.expiry_timestamp = expiry_timestamp
+        self.max_timestamp = max_timestamp
+        self.token_id = token_id
+        self.hmac = hmac
+        self.renewers = list() if renewers is MISSING else renewers
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeDelegationTokenResponse(Message):
     """DescribeDelegationTokenResponse (api key 41): versions 0-3, flexible 2-3."""
 
@@ -82,14 +118,28 @@ class DescribeDelegationTokenResponse(Message):
     MAX_VERSION: ClassVar[int] = 3
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    error_code: int = 0
+    __slots__ = ("error_code", "tokens", "throttle_time_ms", "unknown_tagged_fields",)
+
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    tokens: list[DescribedDelegationToken] = field(default_factory=list)
+    tokens: list[DescribedDelegationToken]
     """The tokens. (versions 0+)"""
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        tokens: list[DescribedDelegationToken] = MISSING,
+        throttle_time_ms: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.tokens = list() if tokens is MISSING else tokens
+        self.throttle_time_ms = throttle_time_ms
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_described_delegation_token_renewer_v0_1(self: DescribedDelegationTokenRenewer, out: bytearray) -> None:

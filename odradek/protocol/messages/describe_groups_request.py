@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -26,7 +25,6 @@ from odradek.protocol.primitives import (
 _BOOL = Struct(">?")
 
 
-@dataclass(slots=True)
 class DescribeGroupsRequest(Message):
     """DescribeGroupsRequest (api key 15): versions 0-5, flexible 5."""
 
@@ -36,12 +34,24 @@ class DescribeGroupsRequest(Message):
     MAX_VERSION: ClassVar[int] = 5
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 5
 
-    groups: list[str] = field(default_factory=list)
+    __slots__ = ("groups", "include_authorized_operations", "unknown_tagged_fields",)
+
+    groups: list[str]
     """The names of the groups to describe (versions 0+)"""
-    include_authorized_operations: bool = False
+    include_authorized_operations: bool
     """Whether to include authorized operations. (versions 3+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        groups: list[str] = MISSING,
+        include_authorized_operations: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.groups = list() if groups is MISSING else groups
+        self.include_authorized_operations = include_authorized_operations
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_describe_groups_request_v0_2(self: DescribeGroupsRequest, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -35,49 +34,88 @@ _I16 = Struct(">h")
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class DescribedGroupMember:
+class DescribedGroupMember(Fields):
     """A DescribedGroupMember of DescribeGroupsResponse."""
 
-    member_id: str = ""
+    __slots__ = ("member_id", "group_instance_id", "client_id", "client_host", "member_metadata", "member_assignment", "unknown_tagged_fields",)
+
+    member_id: str
     """The member ID assigned by the group coordinator. (versions 0+)"""
-    group_instance_id: str | None = None
+    group_instance_id: str | None
     """The unique identifier of the consumer instance provided by end user. (versions 4+)"""
-    client_id: str = ""
+    client_id: str
     """The client ID used in the member's latest join group request. (versions 0+)"""
-    client_host: str = ""
+    client_host: str
     """The client host. (versions 0+)"""
-    member_metadata: Buffer = b""
+    member_metadata: Buffer
     """The metadata corresponding to the current group protocol in use. (versions 0+)"""
-    member_assignment: Buffer = b""
+    member_assignment: Buffer
     """The current assignment provided by the group leader. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        client_id: str = "",
+        client_host: str = "",
+        member_metadata: Buffer = b"",
+        member_assignment: Buffer = b"",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.member_metadata = member_metadata
+        self.member_assignment = member_assignment
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class DescribedGroup:
+
+class DescribedGroup(Fields):
     """A DescribedGroup of DescribeGroupsResponse."""
 
-    error_code: int = 0
+    __slots__ = ("error_code", "group_id", "group_state", "protocol_type", "protocol_data", "members", "authorized_operations", "unknown_tagged_fields",)
+
+    error_code: int
     """The describe error, or 0 if there was no error. (versions 0+)"""
-    group_id: str = ""
+    group_id: str
     """The group ID string. (versions 0+)"""
-    group_state: str = ""
+    group_state: str
     """The group state string, or the empty string. (versions 0+)"""
-    protocol_type: str = ""
+    protocol_type: str
     """The group protocol type, or the empty string. (versions 0+)"""
-    protocol_data: str = ""
+    protocol_data: str
     """The group protocol data, or the empty string. (versions 0+)"""
-    members: list[DescribedGroupMember] = field(default_factory=list)
+    members: list[DescribedGroupMember]
     """The group members. (versions 0+)"""
-    authorized_operations: int = -2147483648
+    authorized_operations: int
     """32-bit bitfield to represent authorized operations for this group. (versions 3+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        group_id: str = "",
+        group_state: str = "",
+        protocol_type: str = "",
+        protocol_data: str = "",
+        members: list[DescribedGroupMember] = MISSING,
+        authorized_operations: int = -2147483648,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.group_id = group_id
+        self.group_state = group_state
+        self.protocol_type = protocol_type
+        self.protocol_data = protocol_data
+        self.members = list() if members is MISSING else members
+        self.authorized_operations = authorized_operations
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeGroupsResponse(Message):
     """DescribeGroupsResponse (api key 15): versions 0-5, flexible 5."""
 
@@ -87,12 +125,24 @@ class DescribeGroupsResponse(Message):
     MAX_VERSION: ClassVar[int] = 5
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 5
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "groups", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 1+)"""
-    groups: list[DescribedGroup] = field(default_factory=list)
+    groups: list[DescribedGroup]
     """Each described group. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        groups: list[DescribedGroup] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.groups = list() if groups is MISSING else groups
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_described_group_member_v0_3(self: DescribedGroupMember, out: bytearray) -> None:

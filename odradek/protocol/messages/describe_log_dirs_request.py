@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import pack, unpack_from
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     NULL_INT32,
@@ -24,19 +23,29 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
-class DescribableLogDirTopic:
+class DescribableLogDirTopic(Fields):
     """A DescribableLogDirTopic of DescribeLogDirsRequest."""
 
-    topic: str = ""
+    __slots__ = ("topic", "partitions", "unknown_tagged_fields",)
+
+    topic: str
     """The topic name (versions 0+)"""
-    partitions: list[int] = field(default_factory=list)
+    partitions: list[int]
     """The partition indexes. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic: str = "",
+        partitions: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeLogDirsRequest(Message):
     """DescribeLogDirsRequest (api key 35): versions 0-4, deprecated 0, flexible 2-4."""
 
@@ -46,10 +55,20 @@ class DescribeLogDirsRequest(Message):
     MAX_VERSION: ClassVar[int] = 4
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    topics: list[DescribableLogDirTopic] | None = field(default_factory=list)
+    __slots__ = ("topics", "unknown_tagged_fields",)
+
+    topics: list[DescribableLogDirTopic] | None
     """Each topic that we want to describe log directories for, or null for all topics. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        topics: list[DescribableLogDirTopic] | None = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_describable_log_dir_topic_v0_1(self: DescribableLogDirTopic, out: bytearray) -> None:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -29,53 +28,95 @@ _I32_I64_I64_BOOL = Struct(">iqq?")
 _I64_I64 = Struct(">qq")
 
 
-@dataclass(slots=True)
-class DescribeLogDirsPartition:
+class DescribeLogDirsPartition(Fields):
     """A DescribeLogDirsPartition of DescribeLogDirsResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "partition_size", "offset_lag", "is_future_key", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    partition_size: int = 0
+    partition_size: int
     """The size of the log segments in this partition in bytes. (versions 0+)"""
-    offset_lag: int = 0
+    offset_lag: int
     """The lag of the log's LEO w.r.t. partition's HW (if it is the current log for the partition) or current replica's LEO (if it is the future log for the partition) (versions 0+)"""
-    is_future_key: bool = False
+    is_future_key: bool
     """True if this log is created by AlterReplicaLogDirsRequest and will replace the current log of the replica in the future. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        partition_size: int = 0,
+        offset_lag: int = 0,
+        is_future_key: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.partition_size = partition_size
+        self.offset_lag = offset_lag
+        self.is_future_key = is_future_key
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class DescribeLogDirsTopic:
+
+class DescribeLogDirsTopic(Fields):
     """A DescribeLogDirsTopic of DescribeLogDirsResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    partitions: list[DescribeLogDirsPartition] = field(default_factory=list)
+    partitions: list[DescribeLogDirsPartition]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[DescribeLogDirsPartition] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class DescribeLogDirsResult:
+
+class DescribeLogDirsResult(Fields):
     """A DescribeLogDirsResult of DescribeLogDirsResponse."""
 
-    error_code: int = 0
+    __slots__ = ("error_code", "log_dir", "topics", "total_bytes", "usable_bytes", "unknown_tagged_fields",)
+
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    log_dir: str = ""
+    log_dir: str
     """The absolute log directory path. (versions 0+)"""
-    topics: list[DescribeLogDirsTopic] = field(default_factory=list)
+    topics: list[DescribeLogDirsTopic]
     """Each topic. (versions 0+)"""
-    total_bytes: int = -1
+    total_bytes: int
     """The total size in bytes of the volume the log directory is in. (versions 4+)"""
-    usable_bytes: int = -1
+    usable_bytes: int
     """The usable size in bytes of the volume the log directory is in. (versions 4+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        log_dir: str = "",
+        topics: list[DescribeLogDirsTopic] = MISSING,
+        total_bytes: int = -1,
+        usable_bytes: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.log_dir = log_dir
+        self.topics = list() if topics is MISSING else topics
+        self.total_bytes = total_bytes
+        self.usable_bytes = usable_bytes
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeLogDirsResponse(Message):
     """DescribeLogDirsResponse (api key 35): versions 0-4, flexible 2-4."""
 
@@ -85,14 +126,28 @@ class DescribeLogDirsResponse(Message):
     MAX_VERSION: ClassVar[int] = 4
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "results", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 3+)"""
-    results: list[DescribeLogDirsResult] = field(default_factory=list)
+    results: list[DescribeLogDirsResult]
     """The log directories. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        results: list[DescribeLogDirsResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.results = list() if results is MISSING else results
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_describe_log_dirs_partition_v0_1(self: DescribeLogDirsPartition, out: bytearray) -> None:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import pack, unpack_from
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -19,19 +18,29 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
-class TopicRequest:
+class TopicRequest(Fields):
     """A TopicRequest of DescribeProducersRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "partition_indexes", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    partition_indexes: list[int] = field(default_factory=list)
+    partition_indexes: list[int]
     """The indexes of the partitions to list producers for. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partition_indexes: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partition_indexes = list() if partition_indexes is MISSING else partition_indexes
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeProducersRequest(Message):
     """DescribeProducersRequest (api key 61): versions 0, flexible 0."""
 
@@ -41,10 +50,20 @@ class DescribeProducersRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    topics: list[TopicRequest] = field(default_factory=list)
+    __slots__ = ("topics", "unknown_tagged_fields",)
+
+    topics: list[TopicRequest]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        topics: list[TopicRequest] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_topic_request_v0(self: TopicRequest, out: bytearray) -> None:

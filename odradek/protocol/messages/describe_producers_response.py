@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -25,55 +24,99 @@ _I32_I16 = Struct(">ih")
 _I64_I32_I32_I64_I32_I64 = Struct(">qiiqiq")
 
 
-@dataclass(slots=True)
-class ProducerState:
+class ProducerState(Fields):
     """A ProducerState of DescribeProducersResponse."""
 
-    producer_id: int = 0
+    __slots__ = ("producer_id", "producer_epoch", "last_sequence", "last_timestamp", "coordinator_epoch", "current_txn_start_offset", "unknown_tagged_fields",)
+
+    producer_id: int
     """(versions 0+)"""
-    producer_epoch: int = 0
+    producer_epoch: int
     """(versions 0+)"""
-    last_sequence: int = -1
+    last_sequence: int
     """(versions 0+)"""
-    last_timestamp: int = -1
+    last_timestamp: int
     """(versions 0+)"""
-    coordinator_epoch: int = 0
+    coordinator_epoch: int
     """(versions 0+)"""
-    current_txn_start_offset: int = -1
+    current_txn_start_offset: int
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        last_sequence: int = -1,
+        last_timestamp: int = -1,
+        coordinator_epoch: int = 0,
+        current_txn_start_offset: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.last_sequence = last_sequence
+        self.last_timestamp = last_timestamp
+        self.coordinator_epoch = coordinator_epoch
+        self.current_txn_start_offset = current_txn_start_offset
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class PartitionResponse:
+
+class PartitionResponse(Fields):
     """A PartitionResponse of DescribeProducersResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "error_code", "error_message", "active_producers", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The partition error code, or 0 if there was no error. (versions 0+)"""
-    error_message: str | None = None
+    error_message: str | None
     """The partition error message, which may be null if no additional details are available (versions 0+)"""
-    active_producers: list[ProducerState] = field(default_factory=list)
+    active_producers: list[ProducerState]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        active_producers: list[ProducerState] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+        self.active_producers = list() if active_producers is MISSING else active_producers
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class TopicResponse:
+
+class TopicResponse(Fields):
     """A TopicResponse of DescribeProducersResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The topic name (versions 0+)"""
-    partitions: list[PartitionResponse] = field(default_factory=list)
+    partitions: list[PartitionResponse]
     """Each partition in the response. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[PartitionResponse] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeProducersResponse(Message):
     """DescribeProducersResponse (api key 61): versions 0, flexible 0."""
 
@@ -83,12 +126,24 @@ class DescribeProducersResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "topics", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    topics: list[TopicResponse] = field(default_factory=list)
+    topics: list[TopicResponse]
     """Each topic in the response. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[TopicResponse] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_producer_state_v0(self: ProducerState, out: bytearray) -> None:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -21,29 +20,48 @@ from odradek.protocol.primitives import (
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class PartitionData:
+class PartitionData(Fields):
     """A PartitionData of DescribeQuorumRequest."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class TopicData:
+
+class TopicData(Fields):
     """A TopicData of DescribeQuorumRequest."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "partitions", "unknown_tagged_fields",)
+
+    topic_name: str
     """The topic name. (versions 0+)"""
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        partitions: list[PartitionData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeQuorumRequest(Message):
     """DescribeQuorumRequest (api key 55): versions 0-2, flexible 0-2."""
 
@@ -53,10 +71,20 @@ class DescribeQuorumRequest(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    topics: list[TopicData] = field(default_factory=list)
+    __slots__ = ("topics", "unknown_tagged_fields",)
+
+    topics: list[TopicData]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        topics: list[TopicData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_partition_data_v0_2(self: PartitionData, out: bytearray) -> None:

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -35,87 +34,161 @@ _I64_I64_I64 = Struct(">qqq")
 _U16 = Struct(">H")
 
 
-@dataclass(slots=True)
-class ReplicaState:
+class ReplicaState(Fields):
     """A ReplicaState of DescribeQuorumResponse."""
 
-    replica_id: int = 0
+    __slots__ = ("replica_id", "replica_directory_id", "log_end_offset", "last_fetch_timestamp", "last_caught_up_timestamp", "unknown_tagged_fields",)
+
+    replica_id: int
     """(versions 0+)"""
-    replica_directory_id: UUID = ZERO_UUID
+    replica_directory_id: UUID
     """(versions 2+)"""
-    log_end_offset: int = 0
+    log_end_offset: int
     """The last known log end offset of the follower or -1 if it is unknown (versions 0+)"""
-    last_fetch_timestamp: int = -1
+    last_fetch_timestamp: int
     """The last known leader wall clock time time when a follower fetched from the leader. This is reported as -1 both for the current leader or if it is unknown for a voter (versions 1+)"""
-    last_caught_up_timestamp: int = -1
+    last_caught_up_timestamp: int
     """The leader wall clock append time of the offset for which the follower made the most recent fetch request. This is reported as the current time for the leader and -1 if unknown for a voter (versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        replica_id: int = 0,
+        replica_directory_id: UUID = ZERO_UUID,
+        log_end_offset: int = 0,
+        last_fetch_timestamp: int = -1,
+        last_caught_up_timestamp: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.replica_id = replica_id
+        self.replica_directory_id = replica_directory_id
+        self.log_end_offset = log_end_offset
+        self.last_fetch_timestamp = last_fetch_timestamp
+        self.last_caught_up_timestamp = last_caught_up_timestamp
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class PartitionData:
+
+class PartitionData(Fields):
     """A PartitionData of DescribeQuorumResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "error_code", "error_message", "leader_id", "leader_epoch", "high_watermark", "current_voters", "observers", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """(versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The error message, or null if there was no error. (versions 2+)"""
-    leader_id: int = 0
+    leader_id: int
     """The ID of the current leader or -1 if the leader is unknown. (versions 0+)"""
-    leader_epoch: int = 0
+    leader_epoch: int
     """The latest known leader epoch (versions 0+)"""
-    high_watermark: int = 0
+    high_watermark: int
     """(versions 0+)"""
-    current_voters: list[ReplicaState] = field(default_factory=list)
+    current_voters: list[ReplicaState]
     """(versions 0+)"""
-    observers: list[ReplicaState] = field(default_factory=list)
+    observers: list[ReplicaState]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        high_watermark: int = 0,
+        current_voters: list[ReplicaState] = MISSING,
+        observers: list[ReplicaState] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.high_watermark = high_watermark
+        self.current_voters = list() if current_voters is MISSING else current_voters
+        self.observers = list() if observers is MISSING else observers
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class TopicData:
+
+class TopicData(Fields):
     """A TopicData of DescribeQuorumResponse."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "partitions", "unknown_tagged_fields",)
+
+    topic_name: str
     """The topic name. (versions 0+)"""
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        partitions: list[PartitionData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class Listener:
+
+class Listener(Fields):
     """A Listener of DescribeQuorumResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "host", "port", "unknown_tagged_fields",)
+
+    name: str
     """The name of the endpoint (versions 2+)"""
-    host: str = ""
+    host: str
     """The hostname (versions 2+)"""
-    port: int = 0
+    port: int
     """The port (versions 2+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class Node:
+
+class Node(Fields):
     """A Node of DescribeQuorumResponse."""
 
-    node_id: int = 0
+    __slots__ = ("node_id", "listeners", "unknown_tagged_fields",)
+
+    node_id: int
     """The ID of the associated node (versions 2+)"""
-    listeners: list[Listener] = field(default_factory=list)
+    listeners: list[Listener]
     """The listeners of this controller (versions 2+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        node_id: int = 0,
+        listeners: list[Listener] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.listeners = list() if listeners is MISSING else listeners
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeQuorumResponse(Message):
     """DescribeQuorumResponse (api key 55): versions 0-2, flexible 0-2."""
 
@@ -125,16 +198,32 @@ class DescribeQuorumResponse(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    error_code: int = 0
+    __slots__ = ("error_code", "error_message", "topics", "nodes", "unknown_tagged_fields",)
+
+    error_code: int
     """The top level error code. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The error message, or null if there was no error. (versions 2+)"""
-    topics: list[TopicData] = field(default_factory=list)
+    topics: list[TopicData]
     """(versions 0+)"""
-    nodes: list[Node] = field(default_factory=list)
+    nodes: list[Node]
     """(versions 2+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = "",
+        topics: list[TopicData] = MISSING,
+        nodes: list[Node] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.topics = list() if topics is MISSING else topics
+        self.nodes = list() if nodes is MISSING else nodes
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_replica_state_v0(self: ReplicaState, out: bytearray) -> None:
@@ -402,7 +491,7 @@ def _encode_describe_quorum_response_v0(self: DescribeQuorumResponse, out: bytea
     write_uvarint(out, len(self.topics) + 1)
     for topics_item in self.topics:
         _encode_topic_data_v0(topics_item, out)
-    if self.nodes:
+    if self.nodes != list():
         raise EncodeError("nodes exists only in versions 2+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -427,7 +516,7 @@ def _encode_describe_quorum_response_v1(self: DescribeQuorumResponse, out: bytea
     write_uvarint(out, len(self.topics) + 1)
     for topics_item in self.topics:
         _encode_topic_data_v1(topics_item, out)
-    if self.nodes:
+    if self.nodes != list():
         raise EncodeError("nodes exists only in versions 2+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)

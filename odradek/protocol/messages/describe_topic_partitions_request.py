@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -22,29 +21,48 @@ from odradek.protocol.primitives import (
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class TopicRequest:
+class TopicRequest(Fields):
     """A TopicRequest of DescribeTopicPartitionsRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "unknown_tagged_fields",)
+
+    name: str
     """The topic name (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class Cursor:
+
+class Cursor(Fields):
     """A Cursor of DescribeTopicPartitionsRequest."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "partition_index", "unknown_tagged_fields",)
+
+    topic_name: str
     """The name for the first topic to process (versions 0+)"""
-    partition_index: int = 0
+    partition_index: int
     """The partition index to start with (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        partition_index: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeTopicPartitionsRequest(Message):
     """DescribeTopicPartitionsRequest (api key 75): versions 0, flexible 0."""
 
@@ -54,14 +72,28 @@ class DescribeTopicPartitionsRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    topics: list[TopicRequest] = field(default_factory=list)
+    __slots__ = ("topics", "response_partition_limit", "cursor", "unknown_tagged_fields",)
+
+    topics: list[TopicRequest]
     """The topics to fetch details for. (versions 0+)"""
-    response_partition_limit: int = 2000
+    response_partition_limit: int
     """The maximum number of partitions included in the response. (versions 0+)"""
-    cursor: Cursor | None = None
+    cursor: Cursor | None
     """The first topic and partition index to fetch details for. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        topics: list[TopicRequest] = MISSING,
+        response_partition_limit: int = 2000,
+        cursor: Cursor | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topics = list() if topics is MISSING else topics
+        self.response_partition_limit = response_partition_limit
+        self.cursor = cursor
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_topic_request_v0(self: TopicRequest, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -30,65 +29,119 @@ _I16_I32_I32_I32 = Struct(">hiii")
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class DescribeTopicPartitionsResponsePartition:
+class DescribeTopicPartitionsResponsePartition(Fields):
     """A DescribeTopicPartitionsResponsePartition of DescribeTopicPartitionsResponse."""
 
-    error_code: int = 0
+    __slots__ = ("error_code", "partition_index", "leader_id", "leader_epoch", "replica_nodes", "isr_nodes", "eligible_leader_replicas", "last_known_elr", "offline_replicas", "unknown_tagged_fields",)
+
+    error_code: int
     """The partition error, or 0 if there was no error. (versions 0+)"""
-    partition_index: int = 0
+    partition_index: int
     """The partition index. (versions 0+)"""
-    leader_id: int = 0
+    leader_id: int
     """The ID of the leader broker. (versions 0+)"""
-    leader_epoch: int = -1
+    leader_epoch: int
     """The leader epoch of this partition. (versions 0+)"""
-    replica_nodes: list[int] = field(default_factory=list)
+    replica_nodes: list[int]
     """The set of all nodes that host this partition. (versions 0+)"""
-    isr_nodes: list[int] = field(default_factory=list)
+    isr_nodes: list[int]
     """The set of nodes that are in sync with the leader for this partition. (versions 0+)"""
-    eligible_leader_replicas: list[int] | None = None
+    eligible_leader_replicas: list[int] | None
     """The new eligible leader replicas otherwise. (versions 0+)"""
-    last_known_elr: list[int] | None = None
+    last_known_elr: list[int] | None
     """The last known ELR. (versions 0+)"""
-    offline_replicas: list[int] = field(default_factory=list)
+    offline_replicas: list[int]
     """The set of offline replicas of this partition. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        partition_index: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = -1,
+        replica_nodes: list[int] = MISSING,
+        isr_nodes: list[int] = MISSING,
+        eligible_leader_replicas: list[int] | None = None,
+        last_known_elr: list[int] | None = None,
+        offline_replicas: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.partition_index = partition_index
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replica_nodes = list() if replica_nodes is MISSING else replica_nodes
+        self.isr_nodes = list() if isr_nodes is MISSING else isr_nodes
+        self.eligible_leader_replicas = eligible_leader_replicas
+        self.last_known_elr = last_known_elr
+        self.offline_replicas = list() if offline_replicas is MISSING else offline_replicas
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class DescribeTopicPartitionsResponseTopic:
+
+class DescribeTopicPartitionsResponseTopic(Fields):
     """A DescribeTopicPartitionsResponseTopic of DescribeTopicPartitionsResponse."""
 
-    error_code: int = 0
+    __slots__ = ("error_code", "name", "topic_id", "is_internal", "partitions", "topic_authorized_operations", "unknown_tagged_fields",)
+
+    error_code: int
     """The topic error, or 0 if there was no error. (versions 0+)"""
-    name: str | None = ""
+    name: str | None
     """The topic name. (versions 0+)"""
-    topic_id: UUID = ZERO_UUID
+    topic_id: UUID
     """The topic id. (versions 0+)"""
-    is_internal: bool = False
+    is_internal: bool
     """True if the topic is internal. (versions 0+)"""
-    partitions: list[DescribeTopicPartitionsResponsePartition] = field(default_factory=list)
+    partitions: list[DescribeTopicPartitionsResponsePartition]
     """Each partition in the topic. (versions 0+)"""
-    topic_authorized_operations: int = -2147483648
+    topic_authorized_operations: int
     """32-bit bitfield to represent authorized operations for this topic. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        name: str | None = "",
+        topic_id: UUID = ZERO_UUID,
+        is_internal: bool = False,
+        partitions: list[DescribeTopicPartitionsResponsePartition] = MISSING,
+        topic_authorized_operations: int = -2147483648,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.name = name
+        self.topic_id = topic_id
+        self.is_internal = is_internal
+        self.partitions = list() if partitions is MISSING else partitions
+        self.topic_authorized_operations = topic_authorized_operations
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class Cursor:
+
+class Cursor(Fields):
     """A Cursor of DescribeTopicPartitionsResponse."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "partition_index", "unknown_tagged_fields",)
+
+    topic_name: str
     """The name for the first topic to process (versions 0+)"""
-    partition_index: int = 0
+    partition_index: int
     """The partition index to start with (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        partition_index: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeTopicPartitionsResponse(Message):
     """DescribeTopicPartitionsResponse (api key 75): versions 0, flexible 0."""
 
@@ -98,14 +151,28 @@ class DescribeTopicPartitionsResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "topics", "next_cursor", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    topics: list[DescribeTopicPartitionsResponseTopic] = field(default_factory=list)
+    topics: list[DescribeTopicPartitionsResponseTopic]
     """Each topic in the response. (versions 0+)"""
-    next_cursor: Cursor | None = None
+    next_cursor: Cursor | None
     """The next topic and partition index to fetch details for. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[DescribeTopicPartitionsResponseTopic] = MISSING,
+        next_cursor: Cursor | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = list() if topics is MISSING else topics
+        self.next_cursor = next_cursor
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_describe_topic_partitions_response_partition_v0(self: DescribeTopicPartitionsResponsePartition, out: bytearray) -> None:

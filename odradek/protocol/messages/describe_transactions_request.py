@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -18,7 +17,6 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class DescribeTransactionsRequest(Message):
     """DescribeTransactionsRequest (api key 65): versions 0, flexible 0."""
 
@@ -28,10 +26,20 @@ class DescribeTransactionsRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    transactional_ids: list[str] = field(default_factory=list)
+    __slots__ = ("transactional_ids", "unknown_tagged_fields",)
+
+    transactional_ids: list[str]
     """Array of transactionalIds to include in describe results. If empty, then no results will be returned. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        transactional_ids: list[str] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.transactional_ids = list() if transactional_ids is MISSING else transactional_ids
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_describe_transactions_request_v0(self: DescribeTransactionsRequest, out: bytearray) -> None:

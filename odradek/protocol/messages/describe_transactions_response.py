@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -23,43 +22,76 @@ _I32 = Struct(">i")
 _I32_I64_I64_I16 = Struct(">iqqh")
 
 
-@dataclass(slots=True)
-class TopicData:
+class TopicData(Fields):
     """A TopicData of DescribeTransactionsResponse."""
 
-    topic: str = ""
+    __slots__ = ("topic", "partitions", "unknown_tagged_fields",)
+
+    topic: str
     """(versions 0+)"""
-    partitions: list[int] = field(default_factory=list)
+    partitions: list[int]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic: str = "",
+        partitions: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class TransactionState:
+
+class TransactionState(Fields):
     """A TransactionState of DescribeTransactionsResponse."""
 
-    error_code: int = 0
+    __slots__ = ("error_code", "transactional_id", "transaction_state", "transaction_timeout_ms", "transaction_start_time_ms", "producer_id", "producer_epoch", "topics", "unknown_tagged_fields",)
+
+    error_code: int
     """(versions 0+)"""
-    transactional_id: str = ""
+    transactional_id: str
     """(versions 0+)"""
-    transaction_state: str = ""
+    transaction_state: str
     """(versions 0+)"""
-    transaction_timeout_ms: int = 0
+    transaction_timeout_ms: int
     """(versions 0+)"""
-    transaction_start_time_ms: int = 0
+    transaction_start_time_ms: int
     """(versions 0+)"""
-    producer_id: int = 0
+    producer_id: int
     """(versions 0+)"""
-    producer_epoch: int = 0
+    producer_epoch: int
     """(versions 0+)"""
-    topics: list[TopicData] = field(default_factory=list)
+    topics: list[TopicData]
     """The set of partitions included in the current transaction (if active). When a transaction is preparing to commit or abort, this will include only partitions which do not have markers. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        transactional_id: str = "",
+        transaction_state: str = "",
+        transaction_timeout_ms: int = 0,
+        transaction_start_time_ms: int = 0,
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        topics: list[TopicData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.transactional_id = transactional_id
+        self.transaction_state = transaction_state
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.transaction_start_time_ms = transaction_start_time_ms
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeTransactionsResponse(Message):
     """DescribeTransactionsResponse (api key 65): versions 0, flexible 0."""
 
@@ -69,12 +101,24 @@ class DescribeTransactionsResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "transaction_states", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    transaction_states: list[TransactionState] = field(default_factory=list)
+    transaction_states: list[TransactionState]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        transaction_states: list[TransactionState] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.transaction_states = list() if transaction_states is MISSING else transaction_states
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_topic_data_v0(self: TopicData, out: bytearray) -> None:

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -18,17 +17,25 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
-class UserName:
+class UserName(Fields):
     """A UserName of DescribeUserScramCredentialsRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "unknown_tagged_fields",)
+
+    name: str
     """The user name. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeUserScramCredentialsRequest(Message):
     """DescribeUserScramCredentialsRequest (api key 50): versions 0, flexible 0."""
 
@@ -38,10 +45,20 @@ class DescribeUserScramCredentialsRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    users: list[UserName] | None = field(default_factory=list)
+    __slots__ = ("users", "unknown_tagged_fields",)
+
+    users: list[UserName] | None
     """The users to describe, or null/empty to describe all users. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        users: list[UserName] | None = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.users = list() if users is MISSING else users
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_user_name_v0(self: UserName, out: bytearray) -> None:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -25,35 +24,60 @@ _I32_I16 = Struct(">ih")
 _I8_I32 = Struct(">bi")
 
 
-@dataclass(slots=True)
-class CredentialInfo:
+class CredentialInfo(Fields):
     """A CredentialInfo of DescribeUserScramCredentialsResponse."""
 
-    mechanism: int = 0
+    __slots__ = ("mechanism", "iterations", "unknown_tagged_fields",)
+
+    mechanism: int
     """The SCRAM mechanism. (versions 0+)"""
-    iterations: int = 0
+    iterations: int
     """The number of iterations used in the SCRAM credential. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        mechanism: int = 0,
+        iterations: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.mechanism = mechanism
+        self.iterations = iterations
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class DescribeUserScramCredentialsResult:
+
+class DescribeUserScramCredentialsResult(Fields):
     """A DescribeUserScramCredentialsResult of DescribeUserScramCredentialsResponse."""
 
-    user: str = ""
+    __slots__ = ("user", "error_code", "error_message", "credential_infos", "unknown_tagged_fields",)
+
+    user: str
     """The user name. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The user-level error code. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The user-level error message, if any. (versions 0+)"""
-    credential_infos: list[CredentialInfo] = field(default_factory=list)
+    credential_infos: list[CredentialInfo]
     """The mechanism and related information associated with the user's SCRAM credentials. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        user: str = "",
+        error_code: int = 0,
+        error_message: str | None = "",
+        credential_infos: list[CredentialInfo] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.user = user
+        self.error_code = error_code
+        self.error_message = error_message
+        self.credential_infos = list() if credential_infos is MISSING else credential_infos
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class DescribeUserScramCredentialsResponse(Message):
     """DescribeUserScramCredentialsResponse (api key 50): versions 0, flexible 0."""
 
@@ -63,16 +87,32 @@ class DescribeUserScramCredentialsResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "results", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The message-level error code, 0 except for user authorization or infrastructure issues. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The message-level error message, if any. (versions 0+)"""
-    results: list[DescribeUserScramCredentialsResult] = field(default_factory=list)
+    results: list[DescribeUserScramCredentialsResult]
     """The results for descriptions, one per user. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        results: list[DescribeUserScramCredentialsResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.results = list() if results is MISSING else results
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_credential_info_v0(self: CredentialInfo, out: bytearray) -> None:

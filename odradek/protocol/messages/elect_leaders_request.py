@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     NULL_INT32,
@@ -28,19 +27,29 @@ _I32 = Struct(">i")
 _I8 = Struct(">b")
 
 
-@dataclass(slots=True)
-class TopicPartitions:
+class TopicPartitions(Fields):
     """A TopicPartitions of ElectLeadersRequest."""
 
-    topic: str = ""
+    __slots__ = ("topic", "partitions", "unknown_tagged_fields",)
+
+    topic: str
     """The name of a topic. (versions 0+)"""
-    partitions: list[int] = field(default_factory=list)
+    partitions: list[int]
     """The partitions of this topic whose leader should be elected. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic: str = "",
+        partitions: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ElectLeadersRequest(Message):
     """ElectLeadersRequest (api key 43): versions 0-2, flexible 2."""
 
@@ -50,14 +59,28 @@ class ElectLeadersRequest(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    election_type: int = 0
+    __slots__ = ("election_type", "topic_partitions", "timeout_ms", "unknown_tagged_fields",)
+
+    election_type: int
     """Type of elections to conduct for the partition. A value of '0' elects the preferred replica. A value of '1' elects the first live replica if there are no in-sync replica. (versions 1+)"""
-    topic_partitions: list[TopicPartitions] | None = field(default_factory=list)
+    topic_partitions: list[TopicPartitions] | None
     """The topic partitions to elect leaders. (versions 0+)"""
-    timeout_ms: int = 60000
+    timeout_ms: int
     """The time in ms to wait for the election to complete. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        election_type: int = 0,
+        topic_partitions: list[TopicPartitions] | None = MISSING,
+        timeout_ms: int = 60000,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.election_type = election_type
+        self.topic_partitions = list() if topic_partitions is MISSING else topic_partitions
+        self.timeout_ms = timeout_ms
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_topic_partitions_v0_1(self: TopicPartitions, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -31,33 +30,56 @@ _I32 = Struct(">i")
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class PartitionResult:
+class PartitionResult(Fields):
     """A PartitionResult of ElectLeadersResponse."""
 
-    partition_id: int = 0
+    __slots__ = ("partition_id", "error_code", "error_message", "unknown_tagged_fields",)
+
+    partition_id: int
     """The partition id (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The result error, or zero if there was no error. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The result message, or null if there was no error. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_id: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_id = partition_id
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class ReplicaElectionResult:
+
+class ReplicaElectionResult(Fields):
     """A ReplicaElectionResult of ElectLeadersResponse."""
 
-    topic: str = ""
+    __slots__ = ("topic", "partition_result", "unknown_tagged_fields",)
+
+    topic: str
     """The topic name (versions 0+)"""
-    partition_result: list[PartitionResult] = field(default_factory=list)
+    partition_result: list[PartitionResult]
     """The results for each partition (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic: str = "",
+        partition_result: list[PartitionResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partition_result = list() if partition_result is MISSING else partition_result
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ElectLeadersResponse(Message):
     """ElectLeadersResponse (api key 43): versions 0-2, flexible 2."""
 
@@ -67,14 +89,28 @@ class ElectLeadersResponse(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "replica_election_results", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The top level response error code. (versions 1+)"""
-    replica_election_results: list[ReplicaElectionResult] = field(default_factory=list)
+    replica_election_results: list[ReplicaElectionResult]
     """The election results, or an empty array if the requester did not have permission and the request asks for all partitions. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        replica_election_results: list[ReplicaElectionResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.replica_election_results = list() if replica_election_results is MISSING else replica_election_results
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_partition_result_v0_1(self: PartitionResult, out: bytearray) -> None:

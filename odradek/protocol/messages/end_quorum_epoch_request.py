@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     ZERO_UUID,
@@ -34,63 +33,114 @@ _I32_I32_I32 = Struct(">iii")
 _U16 = Struct(">H")
 
 
-@dataclass(slots=True)
-class ReplicaInfo:
+class ReplicaInfo(Fields):
     """A ReplicaInfo of EndQuorumEpochRequest."""
 
-    candidate_id: int = 0
+    __slots__ = ("candidate_id", "candidate_directory_id", "unknown_tagged_fields",)
+
+    candidate_id: int
     """(versions 1+)"""
-    candidate_directory_id: UUID = ZERO_UUID
+    candidate_directory_id: UUID
     """(versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        candidate_id: int = 0,
+        candidate_directory_id: UUID = ZERO_UUID,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.candidate_id = candidate_id
+        self.candidate_directory_id = candidate_directory_id
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class PartitionData:
+
+class PartitionData(Fields):
     """A PartitionData of EndQuorumEpochRequest."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "leader_id", "leader_epoch", "preferred_successors", "preferred_candidates", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    leader_id: int = 0
+    leader_id: int
     """The current leader ID that is resigning (versions 0+)"""
-    leader_epoch: int = 0
+    leader_epoch: int
     """The current epoch (versions 0+)"""
-    preferred_successors: list[int] = field(default_factory=list)
+    preferred_successors: list[int]
     """A sorted list of preferred successors to start the election (versions 0)"""
-    preferred_candidates: list[ReplicaInfo] = field(default_factory=list)
+    preferred_candidates: list[ReplicaInfo]
     """A sorted list of preferred candidates to start the election (versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        preferred_successors: list[int] = MISSING,
+        preferred_candidates: list[ReplicaInfo] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.preferred_successors = list() if preferred_successors is MISSING else preferred_successors
+        self.preferred_candidates = list() if preferred_candidates is MISSING else preferred_candidates
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class TopicData:
+
+class TopicData(Fields):
     """A TopicData of EndQuorumEpochRequest."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "partitions", "unknown_tagged_fields",)
+
+    topic_name: str
     """The topic name. (versions 0+)"""
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        partitions: list[PartitionData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class LeaderEndpoint:
+
+class LeaderEndpoint(Fields):
     """A LeaderEndpoint of EndQuorumEpochRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "host", "port", "unknown_tagged_fields",)
+
+    name: str
     """The name of the endpoint (versions 1+)"""
-    host: str = ""
+    host: str
     """The node's hostname (versions 1+)"""
-    port: int = 0
+    port: int
     """The node's port (versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class EndQuorumEpochRequest(Message):
     """EndQuorumEpochRequest (api key 54): versions 0-1, flexible 1."""
 
@@ -100,14 +150,28 @@ class EndQuorumEpochRequest(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 1
 
-    cluster_id: str | None = None
+    __slots__ = ("cluster_id", "topics", "leader_endpoints", "unknown_tagged_fields",)
+
+    cluster_id: str | None
     """(versions 0+)"""
-    topics: list[TopicData] = field(default_factory=list)
+    topics: list[TopicData]
     """(versions 0+)"""
-    leader_endpoints: list[LeaderEndpoint] = field(default_factory=list)
+    leader_endpoints: list[LeaderEndpoint]
     """Endpoints for the leader (versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        topics: list[TopicData] = MISSING,
+        leader_endpoints: list[LeaderEndpoint] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.topics = list() if topics is MISSING else topics
+        self.leader_endpoints = list() if leader_endpoints is MISSING else leader_endpoints
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_replica_info_v1(self: ReplicaInfo, out: bytearray) -> None:

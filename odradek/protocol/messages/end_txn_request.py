@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -21,7 +20,6 @@ from odradek.protocol.primitives import (
 _I64_I16_BOOL = Struct(">qh?")
 
 
-@dataclass(slots=True)
 class EndTxnRequest(Message):
     """EndTxnRequest (api key 26): versions 0-5, flexible 3-5."""
 
@@ -31,16 +29,32 @@ class EndTxnRequest(Message):
     MAX_VERSION: ClassVar[int] = 5
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
 
-    transactional_id: str = ""
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "committed", "unknown_tagged_fields",)
+
+    transactional_id: str
     """The ID of the transaction to end. (versions 0+)"""
-    producer_id: int = 0
+    producer_id: int
     """The producer ID. (versions 0+)"""
-    producer_epoch: int = 0
+    producer_epoch: int
     """The current epoch associated with the producer. (versions 0+)"""
-    committed: bool = False
+    committed: bool
     """True if the transaction was committed, false if it was aborted. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        transactional_id: str = "",
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        committed: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.committed = committed
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_end_txn_request_v0_2(self: EndTxnRequest, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from odradek.protocol.message import Message
@@ -18,7 +17,6 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class EnvelopeRequest(Message):
     """EnvelopeRequest (api key 58): versions 0, flexible 0."""
 
@@ -28,14 +26,28 @@ class EnvelopeRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    request_data: Buffer = b""
+    __slots__ = ("request_data", "request_principal", "client_host_address", "unknown_tagged_fields",)
+
+    request_data: Buffer
     """The embedded request header and data. (versions 0+)"""
-    request_principal: Buffer | None = b""
+    request_principal: Buffer | None
     """Value of the initial client principal when the request is redirected by a broker. (versions 0+)"""
-    client_host_address: Buffer = b""
+    client_host_address: Buffer
     """The original client's address in bytes. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        request_data: Buffer = b"",
+        request_principal: Buffer | None = b"",
+        client_host_address: Buffer = b"",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.request_data = request_data
+        self.request_principal = request_principal
+        self.client_host_address = client_host_address
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_envelope_request_v0(self: EnvelopeRequest, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -19,7 +18,6 @@ from odradek.protocol.primitives import (
 _I16 = Struct(">h")
 
 
-@dataclass(slots=True)
 class EnvelopeResponse(Message):
     """EnvelopeResponse (api key 58): versions 0, flexible 0."""
 
@@ -29,12 +27,24 @@ class EnvelopeResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    response_data: Buffer | None = None
+    __slots__ = ("response_data", "error_code", "unknown_tagged_fields",)
+
+    response_data: Buffer | None
     """The embedded response header and data. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        response_data: Buffer | None = None,
+        error_code: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.response_data = response_data
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_envelope_response_v0(self: EnvelopeResponse, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -21,7 +20,6 @@ from odradek.protocol.primitives import (
 _I64 = Struct(">q")
 
 
-@dataclass(slots=True)
 class ExpireDelegationTokenRequest(Message):
     """ExpireDelegationTokenRequest (api key 40): versions 0-2, deprecated 0, flexible 2."""
 
@@ -31,12 +29,24 @@ class ExpireDelegationTokenRequest(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    hmac: Buffer = b""
+    __slots__ = ("hmac", "expiry_time_period_ms", "unknown_tagged_fields",)
+
+    hmac: Buffer
     """The HMAC of the delegation token to be expired. (versions 0+)"""
-    expiry_time_period_ms: int = 0
+    expiry_time_period_ms: int
     """The expiry time period in milliseconds. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        hmac: Buffer = b"",
+        expiry_time_period_ms: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.hmac = hmac
+        self.expiry_time_period_ms = expiry_time_period_ms
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_expire_delegation_token_request_v0_1(self: ExpireDelegationTokenRequest, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -17,7 +16,6 @@ from odradek.protocol.primitives import (
 _I16_I64_I32 = Struct(">hqi")
 
 
-@dataclass(slots=True)
 class ExpireDelegationTokenResponse(Message):
     """ExpireDelegationTokenResponse (api key 40): versions 0-2, flexible 2."""
 
@@ -27,14 +25,28 @@ class ExpireDelegationTokenResponse(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    error_code: int = 0
+    __slots__ = ("error_code", "expiry_timestamp_ms", "throttle_time_ms", "unknown_tagged_fields",)
+
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    expiry_timestamp_ms: int = 0
+    expiry_timestamp_ms: int
     """The timestamp in milliseconds at which this token expires. (versions 0+)"""
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        expiry_timestamp_ms: int = 0,
+        throttle_time_ms: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.expiry_timestamp_ms = expiry_timestamp_ms
+        self.throttle_time_ms = throttle_time_ms
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_expire_delegation_token_response_v0_1(self: ExpireDelegationTokenResponse, out: bytearray) -> None:

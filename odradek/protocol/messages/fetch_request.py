@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     ZERO_UUID,
@@ -43,69 +42,126 @@ _I32_I64_I32 = Struct(">iqi")
 _I32_I64_I64_I32 = Struct(">iqqi")
 
 
-@dataclass(slots=True)
-class ReplicaState:
+class ReplicaState(Fields):
     """A ReplicaState of FetchRequest."""
 
-    replica_id: int = -1
+    __slots__ = ("replica_id", "replica_epoch", "unknown_tagged_fields",)
+
+    replica_id: int
     """The replica ID of the follower, or -1 if this request is from a consumer. (versions 15+)"""
-    replica_epoch: int = -1
+    replica_epoch: int
     """The epoch of this follower, or -1 if not available. (versions 15+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        replica_id: int = -1,
+        replica_epoch: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.replica_id = replica_id
+        self.replica_epoch = replica_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class FetchPartition:
+
+class FetchPartition(Fields):
     """A FetchPartition of FetchRequest."""
 
-    partition: int = 0
+    __slots__ = ("partition", "current_leader_epoch", "fetch_offset", "last_fetched_epoch", "log_start_offset", "partition_max_bytes", "replica_directory_id", "unknown_tagged_fields",)
+
+    partition: int
     """The partition index. (versions 0+)"""
-    current_leader_epoch: int = -1
+    current_leader_epoch: int
     """The current leader epoch of the partition. (versions 9+)"""
-    fetch_offset: int = 0
+    fetch_offset: int
     """The message offset. (versions 0+)"""
-    last_fetched_epoch: int = -1
+    last_fetched_epoch: int
     """The epoch of the last fetched record or -1 if there is none (versions 12+)"""
-    log_start_offset: int = -1
+    log_start_offset: int
     """The earliest available offset of the follower replica.  The field is only used when the request is sent by the follower. (versions 5+)"""
-    partition_max_bytes: int = 0
+    partition_max_bytes: int
     """The maximum bytes to fetch from this partition.  See KIP-74 for cases where this limit may not be honored. (versions 0+)"""
-    replica_directory_id: UUID = ZERO_UUID
+    replica_directory_id: UUID
     """The directory id of the follower fetching (versions 17+, tag 0)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition: int = 0,
+        current_leader_epoch: int = -1,
+        fetch_offset: int = 0,
+        last_fetched_epoch: int = -1,
+        log_start_offset: int = -1,
+        partition_max_bytes: int = 0,
+        replica_directory_id: UUID = ZERO_UUID,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition = partition
+        self.current_leader_epoch = current_leader_epoch
+        self.fetch_offset = fetch_offset
+        self.last_fetched_epoch = last_fetched_epoch
+        self.log_start_offset = log_start_offset
+        self.partition_max_bytes = partition_max_bytes
+        self.replica_directory_id = replica_directory_id
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class FetchTopic:
+
+class FetchTopic(Fields):
     """A FetchTopic of FetchRequest."""
 
-    topic: str = ""
+    __slots__ = ("topic", "topic_id", "partitions", "unknown_tagged_fields",)
+
+    topic: str
     """The name of the topic to fetch. (versions 0-12)"""
-    topic_id: UUID = ZERO_UUID
+    topic_id: UUID
     """The unique topic ID (versions 13+)"""
-    partitions: list[FetchPartition] = field(default_factory=list)
+    partitions: list[FetchPartition]
     """The partitions to fetch. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic: str = "",
+        topic_id: UUID = ZERO_UUID,
+        partitions: list[FetchPartition] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class ForgottenTopic:
+
+class ForgottenTopic(Fields):
     """A ForgottenTopic of FetchRequest."""
 
-    topic: str = ""
+    __slots__ = ("topic", "topic_id", "partitions", "unknown_tagged_fields",)
+
+    topic: str
     """The topic name. (versions 7-12)"""
-    topic_id: UUID = ZERO_UUID
+    topic_id: UUID
     """The unique topic ID (versions 13+)"""
-    partitions: list[int] = field(default_factory=list)
+    partitions: list[int]
     """The partitions indexes to forget. (versions 7+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic: str = "",
+        topic_id: UUID = ZERO_UUID,
+        partitions: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class FetchRequest(Message):
     """FetchRequest (api key 1): versions 0-17, deprecated 0-3, flexible 12-17."""
 
@@ -115,32 +171,64 @@ class FetchRequest(Message):
     MAX_VERSION: ClassVar[int] = 17
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 12
 
-    cluster_id: str | None = None
+    __slots__ = ("cluster_id", "replica_id", "replica_state", "max_wait_ms", "min_bytes", "max_bytes", "isolation_level", "session_id", "session_epoch", "topics", "forgotten_topics_data", "rack_id", "unknown_tagged_fields",)
+
+    cluster_id: str | None
     """The clusterId if known. This is used to validate metadata fetches prior to broker registration. (versions 12+, tag 0)"""
-    replica_id: int = -1
+    replica_id: int
     """The broker ID of the follower, of -1 if this request is from a consumer. (versions 0-14)"""
-    replica_state: ReplicaState = field(default_factory=ReplicaState)
+    replica_state: ReplicaState
     """(versions 15+, tag 1)"""
-    max_wait_ms: int = 0
+    max_wait_ms: int
     """The maximum time in milliseconds to wait for the response. (versions 0+)"""
-    min_bytes: int = 0
+    min_bytes: int
     """The minimum bytes to accumulate in the response. (versions 0+)"""
-    max_bytes: int = 2147483647
+    max_bytes: int
     """The maximum bytes to fetch.  See KIP-74 for cases where this limit may not be honored. (versions 3+)"""
-    isolation_level: int = 0
+    isolation_level: int
     """This setting controls the visibility of transactional records. Using READ_UNCOMMITTED (isolation_level = 0) makes all records visible. With READ_COMMITTED (isolation_level = 1), non-transactional and COMMITTED transactional records are visible. To be more concrete, READ_COMMITTED returns all data from offsets smaller than the current LSO (last stable offset), and enables the inclusion of the list of aborted transactions in the result, which allows consumers to discard ABORTED transactional records (versions 4+)"""
-    session_id: int = 0
+    session_id: int
     """The fetch session ID. (versions 7+)"""
-    session_epoch: int = -1
+    session_epoch: int
     """The fetch session epoch, which is used for ordering requests in a session. (versions 7+)"""
-    topics: list[FetchTopic] = field(default_factory=list)
+    topics: list[FetchTopic]
     """The topics to fetch. (versions 0+)"""
-    forgotten_topics_data: list[ForgottenTopic] = field(default_factory=list)
+    forgotten_topics_data: list[ForgottenTopic]
     """In an incremental fetch request, the partitions to remove. (versions 7+)"""
-    rack_id: str = ""
+    rack_id: str
     """Rack ID of the consumer making this request (versions 11+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        replica_id: int = -1,
+        replica_state: ReplicaState = MISSING,
+        max_wait_ms: int = 0,
+        min_bytes: int = 0,
+        max_bytes: int = 2147483647,
+        isolation_level: int = 0,
+        session_id: int = 0,
+        session_epoch: int = -1,
+        topics: list[FetchTopic] = MISSING,
+        forgotten_topics_data: list[ForgottenTopic] = MISSING,
+        rack_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.replica_id = replica_id
+        self.replica_state = ReplicaState() if replica_state is MISSING else replica_state
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.isolation_level = isolation_level
+        self.session_id = session_id
+        self.session_epoch = session_epoch
+        self.topics = list() if topics is MISSING else topics
+        self.forgotten_topics_data = list() if forgotten_topics_data is MISSING else forgotten_topics_data
+        self.rack_id = rack_id
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_replica_state_v15_17(self: ReplicaState, out: bytearray) -> None:
@@ -414,7 +502,7 @@ def _encode_fetch_request_v0_2(self: FetchRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
     for topics_item in self.topics:
         _encode_fetch_topic_v0_4(topics_item, out)
-    if self.forgotten_topics_data:
+    if self.forgotten_topics_data != list():
         raise EncodeError("forgotten_topics_data exists only in versions 7+ and is not ignorable")
 
 
@@ -436,7 +524,7 @@ def _encode_fetch_request_v3(self: FetchRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
     for topics_item in self.topics:
         _encode_fetch_topic_v0_4(topics_item, out)
-    if self.forgotten_topics_data:
+    if self.forgotten_topics_data != list():
         raise EncodeError("forgotten_topics_data exists only in versions 7+ and is not ignorable")
 
 
@@ -458,7 +546,7 @@ def _encode_fetch_request_v4(self: FetchRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
     for topics_item in self.topics:
         _encode_fetch_topic_v0_4(topics_item, out)
-    if self.forgotten_topics_data:
+    if self.forgotten_topics_data != list():
         raise EncodeError("forgotten_topics_data exists only in versions 7+ and is not ignorable")
 
 
@@ -480,7 +568,7 @@ def _encode_fetch_request_v5_6(self: FetchRequest, out: bytearray) -> None:
     out += INT32.pack(len(self.topics))
     for topics_item in self.topics:
         _encode_fetch_topic_v5_8(topics_item, out)
-    if self.forgotten_topics_data:
+    if self.forgotten_topics_data != list():
         raise EncodeError("forgotten_topics_data exists only in versions 7+ and is not ignorable")
 
 

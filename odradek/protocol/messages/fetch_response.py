@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     NULL_INT32,
@@ -47,115 +46,215 @@ _I64_I32 = Struct(">qi")
 _I64_I64 = Struct(">qq")
 
 
-@dataclass(slots=True)
-class EpochEndOffset:
+class EpochEndOffset(Fields):
     """A EpochEndOffset of FetchResponse."""
 
-    epoch: int = -1
+    __slots__ = ("epoch", "end_offset", "unknown_tagged_fields",)
+
+    epoch: int
     """(versions 12+)"""
-    end_offset: int = -1
+    end_offset: int
     """(versions 12+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        epoch: int = -1,
+        end_offset: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.epoch = epoch
+        self.end_offset = end_offset
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class LeaderIdAndEpoch:
+
+class LeaderIdAndEpoch(Fields):
     """A LeaderIdAndEpoch of FetchResponse."""
 
-    leader_id: int = -1
+    __slots__ = ("leader_id", "leader_epoch", "unknown_tagged_fields",)
+
+    leader_id: int
     """The ID of the current leader or -1 if the leader is unknown. (versions 12+)"""
-    leader_epoch: int = -1
+    leader_epoch: int
     """The latest known leader epoch (versions 12+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        leader_id: int = -1,
+        leader_epoch: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class SnapshotId:
+
+class SnapshotId(Fields):
     """A SnapshotId of FetchResponse."""
 
-    end_offset: int = -1
+    __slots__ = ("end_offset", "epoch", "unknown_tagged_fields",)
+
+    end_offset: int
     """(versions 0+)"""
-    epoch: int = -1
+    epoch: int
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        end_offset: int = -1,
+        epoch: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.end_offset = end_offset
+        self.epoch = epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class AbortedTransaction:
+
+class AbortedTransaction(Fields):
     """A AbortedTransaction of FetchResponse."""
 
-    producer_id: int = 0
+    __slots__ = ("producer_id", "first_offset", "unknown_tagged_fields",)
+
+    producer_id: int
     """The producer id associated with the aborted transaction. (versions 4+)"""
-    first_offset: int = 0
+    first_offset: int
     """The first offset in the aborted transaction. (versions 4+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        producer_id: int = 0,
+        first_offset: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.producer_id = producer_id
+        self.first_offset = first_offset
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class PartitionData:
+
+class PartitionData(Fields):
     """A PartitionData of FetchResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "error_code", "high_watermark", "last_stable_offset", "log_start_offset", "diverging_epoch", "current_leader", "snapshot_id", "aborted_transactions", "preferred_read_replica", "records", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no fetch error. (versions 0+)"""
-    high_watermark: int = 0
+    high_watermark: int
     """The current high water mark. (versions 0+)"""
-    last_stable_offset: int = -1
+    last_stable_offset: int
     """The last stable offset (or LSO) of the partition. This is the last offset such that the state of all transactional records prior to this offset have been decided (ABORTED or COMMITTED) (versions 4+)"""
-    log_start_offset: int = -1
+    log_start_offset: int
     """The current log start offset. (versions 5+)"""
-    diverging_epoch: EpochEndOffset = field(default_factory=EpochEndOffset)
+    diverging_epoch: EpochEndOffset
     """In case divergence is detected based on the `LastFetchedEpoch` and `FetchOffset` in the request, this field indicates the largest epoch and its end offset such that subsequent records are known to diverge (versions 12+, tag 0)"""
-    current_leader: LeaderIdAndEpoch = field(default_factory=LeaderIdAndEpoch)
+    current_leader: LeaderIdAndEpoch
     """(versions 12+, tag 1)"""
-    snapshot_id: SnapshotId = field(default_factory=SnapshotId)
+    snapshot_id: SnapshotId
     """In the case of fetching an offset less than the LogStartOffset, this is the end offset and epoch that should be used in the FetchSnapshot request. (versions 12+, tag 2)"""
-    aborted_transactions: list[AbortedTransaction] | None = field(default_factory=list)
+    aborted_transactions: list[AbortedTransaction] | None
     """The aborted transactions. (versions 4+)"""
-    preferred_read_replica: int = -1
+    preferred_read_replica: int
     """The preferred read replica for the consumer to use on its next fetch request (versions 11+)"""
-    records: Buffer | None = None
+    records: Buffer | None
     """The record data. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        high_watermark: int = 0,
+        last_stable_offset: int = -1,
+        log_start_offset: int = -1,
+        diverging_epoch: EpochEndOffset = MISSING,
+        current_leader: LeaderIdAndEpoch = MISSING,
+        snapshot_id: SnapshotId = MISSING,
+        aborted_transactions: list[AbortedTransaction] | None = MISSING,
+        preferred_read_replica: int = -1,
+        records: Buffer | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.high_watermark = high_watermark
+        self.last_stable_offset = last_stable_offset
+        self.log_start_offset = log_start_offset
+        self.diverging_epoch = EpochEndOffset() if diverging_epoch is MISSING else diverging_epoch
+        self.current_leader = LeaderIdAndEpoch() if current_leader is MISSING else current_leader
+        self.snapshot_id = SnapshotId() if snapshot_id is MISSING else snapshot_id
+        self.aborted_transactions = list() if aborted_transactions is MISSING else aborted_transactions
+        self.preferred_read_replica = preferred_read_replica
+        self.records = records
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class FetchableTopicResponse:
+
+class FetchableTopicResponse(Fields):
     """A FetchableTopicResponse of FetchResponse."""
 
-    topic: str = ""
+    __slots__ = ("topic", "topic_id", "partitions", "unknown_tagged_fields",)
+
+    topic: str
     """The topic name. (versions 0-12)"""
-    topic_id: UUID = ZERO_UUID
+    topic_id: UUID
     """The unique topic ID (versions 13+)"""
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData]
     """The topic partitions. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic: str = "",
+        topic_id: UUID = ZERO_UUID,
+        partitions: list[PartitionData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class NodeEndpoint:
+
+class NodeEndpoint(Fields):
     """A NodeEndpoint of FetchResponse."""
 
-    node_id: int = 0
+    __slots__ = ("node_id", "host", "port", "rack", "unknown_tagged_fields",)
+
+    node_id: int
     """The ID of the associated node. (versions 16+)"""
-    host: str = ""
+    host: str
     """The node's hostname. (versions 16+)"""
-    port: int = 0
+    port: int
     """The node's port. (versions 16+)"""
-    rack: str | None = None
+    rack: str | None
     """The rack of the node, or null if it has not been assigned to a rack. (versions 16+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        rack: str | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class FetchResponse(Message):
     """FetchResponse (api key 1): versions 0-17, flexible 12-17."""
 
@@ -165,18 +264,36 @@ class FetchResponse(Message):
     MAX_VERSION: ClassVar[int] = 17
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 12
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "session_id", "responses", "node_endpoints", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 1+)"""
-    error_code: int = 0
+    error_code: int
     """The top level response error code. (versions 7+)"""
-    session_id: int = 0
+    session_id: int
     """The fetch session ID, or 0 if this is not part of a fetch session. (versions 7+)"""
-    responses: list[FetchableTopicResponse] = field(default_factory=list)
+    responses: list[FetchableTopicResponse]
     """The response topics. (versions 0+)"""
-    node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+    node_endpoints: list[NodeEndpoint]
     """Endpoints for all current-leaders enumerated in PartitionData, with errors NOT_LEADER_OR_FOLLOWER & FENCED_LEADER_EPOCH. (versions 16+, tag 0)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        session_id: int = 0,
+        responses: list[FetchableTopicResponse] = MISSING,
+        node_endpoints: list[NodeEndpoint] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.session_id = session_id
+        self.responses = list() if responses is MISSING else responses
+        self.node_endpoints = list() if node_endpoints is MISSING else node_endpoints
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_epoch_end_offset_v12_17(self: EpochEndOffset, out: bytearray) -> None:
@@ -572,7 +689,7 @@ def _encode_fetch_response_v0(self: FetchResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
     for responses_item in self.responses:
         _encode_fetchable_topic_response_v0_3(responses_item, out)
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
 
 
@@ -592,7 +709,7 @@ def _encode_fetch_response_v1_3(self: FetchResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
     for responses_item in self.responses:
         _encode_fetchable_topic_response_v0_3(responses_item, out)
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
 
 
@@ -614,7 +731,7 @@ def _encode_fetch_response_v4(self: FetchResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
     for responses_item in self.responses:
         _encode_fetchable_topic_response_v4(responses_item, out)
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
 
 
@@ -636,7 +753,7 @@ def _encode_fetch_response_v5_6(self: FetchResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
     for responses_item in self.responses:
         _encode_fetchable_topic_response_v5_10(responses_item, out)
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
 
 
@@ -656,7 +773,7 @@ def _encode_fetch_response_v7_10(self: FetchResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
     for responses_item in self.responses:
         _encode_fetchable_topic_response_v5_10(responses_item, out)
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
 
 
@@ -676,7 +793,7 @@ def _encode_fetch_response_v11(self: FetchResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
     for responses_item in self.responses:
         _encode_fetchable_topic_response_v11(responses_item, out)
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
 
 
@@ -696,7 +813,7 @@ def _encode_fetch_response_v12(self: FetchResponse, out: bytearray) -> None:
     write_uvarint(out, len(self.responses) + 1)
     for responses_item in self.responses:
         _encode_fetchable_topic_response_v12(responses_item, out)
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -721,7 +838,7 @@ def _encode_fetch_response_v13_15(self: FetchResponse, out: bytearray) -> None:
     write_uvarint(out, len(self.responses) + 1)
     for responses_item in self.responses:
         _encode_fetchable_topic_response_v13_17(responses_item, out)
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         raise EncodeError("node_endpoints exists only in versions 16+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -747,7 +864,7 @@ def _encode_fetch_response_v16_17(self: FetchResponse, out: bytearray) -> None:
     for responses_item in self.responses:
         _encode_fetchable_topic_response_v13_17(responses_item, out)
     tagged: list[tuple[int, Buffer]] = []
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         data = bytearray()
         write_uvarint(data, len(self.node_endpoints) + 1)
         for node_endpoints_item in self.node_endpoints:
@@ -764,7 +881,7 @@ def _decode_fetch_response_v16_17(buf: Buffer, pos: int) -> tuple[FetchResponse,
     for _ in range(count):
         responses_item, pos = _decode_fetchable_topic_response_v13_17(buf, pos)
         responses.append(responses_item)
-    node_endpoints = []
+    node_endpoints = list()
     unknown = None
     tagged_count, pos = read_uvarint(buf, pos)
     for _ in range(tagged_count):

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -31,49 +30,87 @@ _I64 = Struct(">q")
 _I64_I32 = Struct(">qi")
 
 
-@dataclass(slots=True)
-class SnapshotId:
+class SnapshotId(Fields):
     """A SnapshotId of FetchSnapshotRequest."""
 
-    end_offset: int = 0
+    __slots__ = ("end_offset", "epoch", "unknown_tagged_fields",)
+
+    end_offset: int
     """(versions 0+)"""
-    epoch: int = 0
+    epoch: int
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        end_offset: int = 0,
+        epoch: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.end_offset = end_offset
+        self.epoch = epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class PartitionSnapshot:
+
+class PartitionSnapshot(Fields):
     """A PartitionSnapshot of FetchSnapshotRequest."""
 
-    partition: int = 0
+    __slots__ = ("partition", "current_leader_epoch", "snapshot_id", "position", "replica_directory_id", "unknown_tagged_fields",)
+
+    partition: int
     """The partition index (versions 0+)"""
-    current_leader_epoch: int = 0
+    current_leader_epoch: int
     """The current leader epoch of the partition, -1 for unknown leader epoch (versions 0+)"""
-    snapshot_id: SnapshotId = field(default_factory=SnapshotId)
+    snapshot_id: SnapshotId
     """The snapshot endOffset and epoch to fetch (versions 0+)"""
-    position: int = 0
+    position: int
     """The byte position within the snapshot to start fetching from (versions 0+)"""
-    replica_directory_id: UUID = ZERO_UUID
+    replica_directory_id: UUID
     """The directory id of the follower fetching (versions 1+, tag 0)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition: int = 0,
+        current_leader_epoch: int = 0,
+        snapshot_id: SnapshotId = MISSING,
+        position: int = 0,
+        replica_directory_id: UUID = ZERO_UUID,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition = partition
+        self.current_leader_epoch = current_leader_epoch
+        self.snapshot_id = SnapshotId() if snapshot_id is MISSING else snapshot_id
+        self.position = position
+        self.replica_directory_id = replica_directory_id
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class TopicSnapshot:
+
+class TopicSnapshot(Fields):
     """A TopicSnapshot of FetchSnapshotRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The name of the topic to fetch (versions 0+)"""
-    partitions: list[PartitionSnapshot] = field(default_factory=list)
+    partitions: list[PartitionSnapshot]
     """The partitions to fetch (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[PartitionSnapshot] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class FetchSnapshotRequest(Message):
     """FetchSnapshotRequest (api key 59): versions 0-1, flexible 0-1."""
 
@@ -83,16 +120,32 @@ class FetchSnapshotRequest(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    cluster_id: str | None = None
+    __slots__ = ("cluster_id", "replica_id", "max_bytes", "topics", "unknown_tagged_fields",)
+
+    cluster_id: str | None
     """The clusterId if known, this is used to validate metadata fetches prior to broker registration (versions 0+, tag 0)"""
-    replica_id: int = -1
+    replica_id: int
     """The broker ID of the follower (versions 0+)"""
-    max_bytes: int = 2147483647
+    max_bytes: int
     """The maximum bytes to fetch from all of the snapshots (versions 0+)"""
-    topics: list[TopicSnapshot] = field(default_factory=list)
+    topics: list[TopicSnapshot]
     """The topics to fetch (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        replica_id: int = -1,
+        max_bytes: int = 2147483647,
+        topics: list[TopicSnapshot] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.replica_id = replica_id
+        self.max_bytes = max_bytes
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_snapshot_id_v0_1(self: SnapshotId, out: bytearray) -> None:

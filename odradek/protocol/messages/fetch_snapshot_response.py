@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     check_tag_end,
@@ -32,79 +31,145 @@ _I64_I64 = Struct(">qq")
 _U16 = Struct(">H")
 
 
-@dataclass(slots=True)
-class SnapshotId:
+class SnapshotId(Fields):
     """A SnapshotId of FetchSnapshotResponse."""
 
-    end_offset: int = 0
+    __slots__ = ("end_offset", "epoch", "unknown_tagged_fields",)
+
+    end_offset: int
     """(versions 0+)"""
-    epoch: int = 0
+    epoch: int
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        end_offset: int = 0,
+        epoch: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.end_offset = end_offset
+        self.epoch = epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class LeaderIdAndEpoch:
+
+class LeaderIdAndEpoch(Fields):
     """A LeaderIdAndEpoch of FetchSnapshotResponse."""
 
-    leader_id: int = 0
+    __slots__ = ("leader_id", "leader_epoch", "unknown_tagged_fields",)
+
+    leader_id: int
     """The ID of the current leader or -1 if the leader is unknown. (versions 0+)"""
-    leader_epoch: int = 0
+    leader_epoch: int
     """The latest known leader epoch (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class PartitionSnapshot:
+
+class PartitionSnapshot(Fields):
     """A PartitionSnapshot of FetchSnapshotResponse."""
 
-    index: int = 0
+    __slots__ = ("index", "error_code", "snapshot_id", "current_leader", "size", "position", "unaligned_records", "unknown_tagged_fields",)
+
+    index: int
     """The partition index. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no fetch error. (versions 0+)"""
-    snapshot_id: SnapshotId = field(default_factory=SnapshotId)
+    snapshot_id: SnapshotId
     """The snapshot endOffset and epoch fetched (versions 0+)"""
-    current_leader: LeaderIdAndEpoch = field(default_factory=LeaderIdAndEpoch)
+    current_leader: LeaderIdAndEpoch
     """(versions 0+, tag 0)"""
-    size: int = 0
+    size: int
     """The total size of the snapshot. (versions 0+)"""
-    position: int = 0
+    position: int
     """The starting byte position within the snapshot included in the Bytes field. (versions 0+)"""
-    unaligned_records: Buffer | None = None
+    unaligned_records: Buffer | None
     """Snapshot data in records format which may not be aligned on an offset boundary (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        index: int = 0,
+        error_code: int = 0,
+        snapshot_id: SnapshotId = MISSING,
+        current_leader: LeaderIdAndEpoch = MISSING,
+        size: int = 0,
+        position: int = 0,
+        unaligned_records: Buffer | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.index = index
+        self.error_code = error_code
+        self.snapshot_id = SnapshotId() if snapshot_id is MISSING else snapshot_id
+        self.current_leader = LeaderIdAndEpoch() if current_leader is MISSING else current_leader
+        self.size = size
+        self.position = position
+        self.unaligned_records = unaligned_records
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class TopicSnapshot:
+
+class TopicSnapshot(Fields):
     """A TopicSnapshot of FetchSnapshotResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The name of the topic to fetch. (versions 0+)"""
-    partitions: list[PartitionSnapshot] = field(default_factory=list)
+    partitions: list[PartitionSnapshot]
     """The partitions to fetch. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[PartitionSnapshot] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class NodeEndpoint:
+
+class NodeEndpoint(Fields):
     """A NodeEndpoint of FetchSnapshotResponse."""
 
-    node_id: int = 0
+    __slots__ = ("node_id", "host", "port", "unknown_tagged_fields",)
+
+    node_id: int
     """The ID of the associated node (versions 1+)"""
-    host: str = ""
+    host: str
     """The node's hostname (versions 1+)"""
-    port: int = 0
+    port: int
     """The node's port (versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class FetchSnapshotResponse(Message):
     """FetchSnapshotResponse (api key 59): versions 0-1, flexible 0-1."""
 
@@ -114,16 +179,32 @@ class FetchSnapshotResponse(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "topics", "node_endpoints", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The top level response error code. (versions 0+)"""
-    topics: list[TopicSnapshot] = field(default_factory=list)
+    topics: list[TopicSnapshot]
     """The topics to fetch. (versions 0+)"""
-    node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+    node_endpoints: list[NodeEndpoint]
     """Endpoints for all current-leaders enumerated in PartitionSnapshot (versions 1+, tag 0)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        topics: list[TopicSnapshot] = MISSING,
+        node_endpoints: list[NodeEndpoint] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.topics = list() if topics is MISSING else topics
+        self.node_endpoints = list() if node_endpoints is MISSING else node_endpoints
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_snapshot_id_v0_1(self: SnapshotId, out: bytearray) -> None:
@@ -239,7 +320,7 @@ def _encode_fetch_snapshot_response_v0(self: FetchSnapshotResponse, out: bytearr
     write_uvarint(out, len(self.topics) + 1)
     for topics_item in self.topics:
         _encode_topic_snapshot_v0_1(topics_item, out)
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         raise EncodeError("node_endpoints exists only in versions 1+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -265,7 +346,7 @@ def _encode_fetch_snapshot_response_v1(self: FetchSnapshotResponse, out: bytearr
     for topics_item in self.topics:
         _encode_topic_snapshot_v0_1(topics_item, out)
     tagged: list[tuple[int, Buffer]] = []
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         data = bytearray()
         write_uvarint(data, len(self.node_endpoints) + 1)
         for node_endpoints_item in self.node_endpoints:
@@ -282,7 +363,7 @@ def _decode_fetch_snapshot_response_v1(buf: Buffer, pos: int) -> tuple[FetchSnap
     for _ in range(count):
         topics_item, pos = _decode_topic_snapshot_v0_1(buf, pos)
         topics.append(topics_item)
-    node_endpoints = []
+    node_endpoints = list()
     unknown = None
     tagged_count, pos = read_uvarint(buf, pos)
     for _ in range(tagged_count):

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -24,7 +23,6 @@ from odradek.protocol.primitives import (
 _I8 = Struct(">b")
 
 
-@dataclass(slots=True)
 class FindCoordinatorRequest(Message):
     """FindCoordinatorRequest (api key 10): versions 0-6, deprecated 0, flexible 3-6."""
 
@@ -34,21 +32,35 @@ class FindCoordinatorRequest(Message):
     MAX_VERSION: ClassVar[int] = 6
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
 
-    key: str = ""
+    __slots__ = ("key", "key_type", "coordinator_keys", "unknown_tagged_fields",)
+
+    key: str
     """The coordinator key. (versions 0-3)"""
-    key_type: int = 0
+    key_type: int
     """The coordinator key type. (Group, transaction, etc.) (versions 1+)"""
-    coordinator_keys: list[str] = field(default_factory=list)
+    coordinator_keys: list[str]
     """The coordinator keys. (versions 4+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        key: str = "",
+        key_type: int = 0,
+        coordinator_keys: list[str] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.key = key
+        self.key_type = key_type
+        self.coordinator_keys = list() if coordinator_keys is MISSING else coordinator_keys
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_find_coordinator_request_v0(self: FindCoordinatorRequest, out: bytearray) -> None:
     write_string(out, self.key)
     if self.key_type != 0:
         raise EncodeError("key_type exists only in versions 1+ and is not ignorable")
-    if self.coordinator_keys:
+    if self.coordinator_keys != list():
         raise EncodeError("coordinator_keys exists only in versions 4+ and is not ignorable")
 
 
@@ -59,7 +71,7 @@ def _decode_find_coordinator_request_v0(buf: Buffer, pos: int) -> tuple[FindCoor
 
 def _encode_find_coordinator_request_v1_2(self: FindCoordinatorRequest, out: bytearray) -> None:
     write_string(out, self.key)
-    if self.coordinator_keys:
+    if self.coordinator_keys != list():
         raise EncodeError("coordinator_keys exists only in versions 4+ and is not ignorable")
     out += _I8.pack(self.key_type)
 
@@ -73,7 +85,7 @@ def _decode_find_coordinator_request_v1_2(buf: Buffer, pos: int) -> tuple[FindCo
 
 def _encode_find_coordinator_request_v3(self: FindCoordinatorRequest, out: bytearray) -> None:
     write_compact_string(out, self.key)
-    if self.coordinator_keys:
+    if self.coordinator_keys != list():
         raise EncodeError("coordinator_keys exists only in versions 4+ and is not ignorable")
     out += _I8.pack(self.key_type)
     if self.unknown_tagged_fields:

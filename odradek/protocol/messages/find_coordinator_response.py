@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -30,27 +29,45 @@ _I32 = Struct(">i")
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class Coordinator:
+class Coordinator(Fields):
     """A Coordinator of FindCoordinatorResponse."""
 
-    key: str = ""
+    __slots__ = ("key", "node_id", "host", "port", "error_code", "error_message", "unknown_tagged_fields",)
+
+    key: str
     """The coordinator key. (versions 4+)"""
-    node_id: int = 0
+    node_id: int
     """The node id. (versions 4+)"""
-    host: str = ""
+    host: str
     """The host name. (versions 4+)"""
-    port: int = 0
+    port: int
     """The port. (versions 4+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 4+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The error message, or null if there was no error. (versions 4+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        key: str = "",
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.key = key
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class FindCoordinatorResponse(Message):
     """FindCoordinatorResponse (api key 10): versions 0-6, flexible 3-6."""
 
@@ -60,22 +77,44 @@ class FindCoordinatorResponse(Message):
     MAX_VERSION: ClassVar[int] = 6
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "node_id", "host", "port", "coordinators", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 1+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0-3)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The error message, or null if there was no error. (versions 1-3)"""
-    node_id: int = 0
+    node_id: int
     """The node id. (versions 0-3)"""
-    host: str = ""
+    host: str
     """The host name. (versions 0-3)"""
-    port: int = 0
+    port: int
     """The port. (versions 0-3)"""
-    coordinators: list[Coordinator] = field(default_factory=list)
+    coordinators: list[Coordinator]
     """Each coordinator result in the response (versions 4+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        coordinators: list[Coordinator] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.coordinators = list() if coordinators is MISSING else coordinators
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_coordinator_v4_6(self: Coordinator, out: bytearray) -> None:
@@ -105,7 +144,7 @@ def _decode_coordinator_v4_6(buf: Buffer, pos: int) -> tuple[Coordinator, int]:
 def _encode_find_coordinator_response_v0(self: FindCoordinatorResponse, out: bytearray) -> None:
     out += _I16_I32.pack(self.error_code, self.node_id)
     write_string(out, self.host)
-    if self.coordinators:
+    if self.coordinators != list():
         raise EncodeError("coordinators exists only in versions 4+ and is not ignorable")
     out += _I32.pack(self.port)
 
@@ -124,7 +163,7 @@ def _encode_find_coordinator_response_v1_2(self: FindCoordinatorResponse, out: b
     write_nullable_string(out, self.error_message)
     out += _I32.pack(self.node_id)
     write_string(out, self.host)
-    if self.coordinators:
+    if self.coordinators != list():
         raise EncodeError("coordinators exists only in versions 4+ and is not ignorable")
     out += _I32.pack(self.port)
 
@@ -146,7 +185,7 @@ def _encode_find_coordinator_response_v3(self: FindCoordinatorResponse, out: byt
     write_compact_nullable_string(out, self.error_message)
     out += _I32.pack(self.node_id)
     write_compact_string(out, self.host)
-    if self.coordinators:
+    if self.coordinators != list():
         raise EncodeError("coordinators exists only in versions 4+ and is not ignorable")
     out += _I32.pack(self.port)
     if self.unknown_tagged_fields:

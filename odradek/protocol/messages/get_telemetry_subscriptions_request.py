@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 from uuid import UUID
 
@@ -17,7 +16,6 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class GetTelemetrySubscriptionsRequest(Message):
     """GetTelemetrySubscriptionsRequest (api key 71): versions 0, flexible 0."""
 
@@ -27,10 +25,20 @@ class GetTelemetrySubscriptionsRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    client_instance_id: UUID = ZERO_UUID
+    __slots__ = ("client_instance_id", "unknown_tagged_fields",)
+
+    client_instance_id: UUID
     """Unique id for this client instance, must be set to 0 on the first request. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        client_instance_id: UUID = ZERO_UUID,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.client_instance_id = client_instance_id
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_get_telemetry_subscriptions_request_v0(self: GetTelemetrySubscriptionsRequest, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -26,7 +25,6 @@ _I32_I16 = Struct(">ih")
 _I32_I32_BOOL = Struct(">ii?")
 
 
-@dataclass(slots=True)
 class GetTelemetrySubscriptionsResponse(Message):
     """GetTelemetrySubscriptionsResponse (api key 71): versions 0, flexible 0."""
 
@@ -36,26 +34,52 @@ class GetTelemetrySubscriptionsResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "client_instance_id", "subscription_id", "accepted_compression_types", "push_interval_ms", "telemetry_max_bytes", "delta_temporality", "requested_metrics", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    client_instance_id: UUID = ZERO_UUID
+    client_instance_id: UUID
     """Assigned client instance id if ClientInstanceId was 0 in the request, else 0. (versions 0+)"""
-    subscription_id: int = 0
+    subscription_id: int
     """Unique identifier for the current subscription set for this client instance. (versions 0+)"""
-    accepted_compression_types: list[int] = field(default_factory=list)
+    accepted_compression_types: list[int]
     """Compression types that broker accepts for the PushTelemetryRequest. (versions 0+)"""
-    push_interval_ms: int = 0
+    push_interval_ms: int
     """Configured push interval, which is the lowest configured interval in the current subscription set. (versions 0+)"""
-    telemetry_max_bytes: int = 0
+    telemetry_max_bytes: int
     """The maximum bytes of binary data the broker accepts in PushTelemetryRequest. (versions 0+)"""
-    delta_temporality: bool = False
+    delta_temporality: bool
     """Flag to indicate monotonic/counter metrics are to be emitted as deltas or cumulative values (versions 0+)"""
-    requested_metrics: list[str] = field(default_factory=list)
+    requested_metrics: list[str]
     """Requested metrics prefix string match. Empty array: No metrics subscribed, Array[0] empty string: All metrics subscribed. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        client_instance_id: UUID = ZERO_UUID,
+        subscription_id: int = 0,
+        accepted_compression_types: list[int] = MISSING,
+        push_interval_ms: int = 0,
+        telemetry_max_bytes: int = 0,
+        delta_temporality: bool = False,
+        requested_metrics: list[str] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.client_instance_id = client_instance_id
+        self.subscription_id = subscription_id
+        self.accepted_compression_types = list() if accepted_compression_types is MISSING else accepted_compression_types
+        self.push_interval_ms = push_interval_ms
+        self.telemetry_max_bytes = telemetry_max_bytes
+        self.delta_temporality = delta_temporality
+        self.requested_metrics = list() if requested_metrics is MISSING else requested_metrics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_get_telemetry_subscriptions_response_v0(self: GetTelemetrySubscriptionsResponse, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from odradek.protocol.message import Message
@@ -14,7 +13,6 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class GroupMetadataKey(Message):
     """GroupMetadataKey: versions 2."""
 
@@ -23,10 +21,20 @@ class GroupMetadataKey(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = None
 
-    group: str = ""
+    __slots__ = ("group", "unknown_tagged_fields",)
+
+    group: str
     """(versions 2)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        group: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group = group
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_group_metadata_key_v2(self: GroupMetadataKey, out: bytearray) -> None:

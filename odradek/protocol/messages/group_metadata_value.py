@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -35,31 +34,53 @@ _I32_I32 = Struct(">ii")
 _I64 = Struct(">q")
 
 
-@dataclass(slots=True)
-class MemberMetadata:
+class MemberMetadata(Fields):
     """A MemberMetadata of GroupMetadataValue."""
 
-    member_id: str = ""
+    __slots__ = ("member_id", "group_instance_id", "client_id", "client_host", "rebalance_timeout", "session_timeout", "subscription", "assignment", "unknown_tagged_fields",)
+
+    member_id: str
     """(versions 0+)"""
-    group_instance_id: str | None = None
+    group_instance_id: str | None
     """(versions 3+)"""
-    client_id: str = ""
+    client_id: str
     """(versions 0+)"""
-    client_host: str = ""
+    client_host: str
     """(versions 0+)"""
-    rebalance_timeout: int = -1
+    rebalance_timeout: int
     """(versions 1+)"""
-    session_timeout: int = 0
+    session_timeout: int
     """(versions 0+)"""
-    subscription: Buffer = b""
+    subscription: Buffer
     """(versions 0+)"""
-    assignment: Buffer = b""
+    assignment: Buffer
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        client_id: str = "",
+        client_host: str = "",
+        rebalance_timeout: int = -1,
+        session_timeout: int = 0,
+        subscription: Buffer = b"",
+        assignment: Buffer = b"",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.rebalance_timeout = rebalance_timeout
+        self.session_timeout = session_timeout
+        self.subscription = subscription
+        self.assignment = assignment
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class GroupMetadataValue(Message):
     """GroupMetadataValue: versions 0-4, flexible 4."""
 
@@ -68,20 +89,40 @@ class GroupMetadataValue(Message):
     MAX_VERSION: ClassVar[int] = 4
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 4
 
-    protocol_type: str = ""
+    __slots__ = ("protocol_type", "generation", "protocol", "leader", "current_state_timestamp", "members", "unknown_tagged_fields",)
+
+    protocol_type: str
     """(versions 0+)"""
-    generation: int = 0
+    generation: int
     """(versions 0+)"""
-    protocol: str | None = ""
+    protocol: str | None
     """(versions 0+)"""
-    leader: str | None = ""
+    leader: str | None
     """(versions 0+)"""
-    current_state_timestamp: int = -1
+    current_state_timestamp: int
     """(versions 2+)"""
-    members: list[MemberMetadata] = field(default_factory=list)
+    members: list[MemberMetadata]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        protocol_type: str = "",
+        generation: int = 0,
+        protocol: str | None = "",
+        leader: str | None = "",
+        current_state_timestamp: int = -1,
+        members: list[MemberMetadata] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.protocol_type = protocol_type
+        self.generation = generation
+        self.protocol = protocol
+        self.leader = leader
+        self.current_state_timestamp = current_state_timestamp
+        self.members = list() if members is MISSING else members
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_member_metadata_v0(self: MemberMetadata, out: bytearray) -> None:

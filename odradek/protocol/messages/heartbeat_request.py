@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -26,7 +25,6 @@ from odradek.protocol.primitives import (
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
 class HeartbeatRequest(Message):
     """HeartbeatRequest (api key 12): versions 0-4, flexible 4."""
 
@@ -36,16 +34,32 @@ class HeartbeatRequest(Message):
     MAX_VERSION: ClassVar[int] = 4
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 4
 
-    group_id: str = ""
+    __slots__ = ("group_id", "generation_id", "member_id", "group_instance_id", "unknown_tagged_fields",)
+
+    group_id: str
     """The group id. (versions 0+)"""
-    generation_id: int = 0
+    generation_id: int
     """The generation of the group. (versions 0+)"""
-    member_id: str = ""
+    member_id: str
     """The member ID. (versions 0+)"""
-    group_instance_id: str | None = None
+    group_instance_id: str | None
     """The unique identifier of the consumer instance provided by end user. (versions 3+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        group_id: str = "",
+        generation_id: int = 0,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_heartbeat_request_v0_2(self: HeartbeatRequest, out: bytearray) -> None:

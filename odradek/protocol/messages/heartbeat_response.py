@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -18,7 +17,6 @@ _I16 = Struct(">h")
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
 class HeartbeatResponse(Message):
     """HeartbeatResponse (api key 12): versions 0-4, flexible 4."""
 
@@ -28,12 +26,24 @@ class HeartbeatResponse(Message):
     MAX_VERSION: ClassVar[int] = 4
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 4
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 1+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_heartbeat_response_v0(self: HeartbeatResponse, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -23,7 +22,6 @@ _I32 = Struct(">i")
 _I32_I64_I16 = Struct(">iqh")
 
 
-@dataclass(slots=True)
 class InitProducerIdRequest(Message):
     """InitProducerIdRequest (api key 22): versions 0-5, flexible 2-5."""
 
@@ -33,16 +31,32 @@ class InitProducerIdRequest(Message):
     MAX_VERSION: ClassVar[int] = 5
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    transactional_id: str | None = ""
+    __slots__ = ("transactional_id", "transaction_timeout_ms", "producer_id", "producer_epoch", "unknown_tagged_fields",)
+
+    transactional_id: str | None
     """The transactional id, or null if the producer is not transactional. (versions 0+)"""
-    transaction_timeout_ms: int = 0
+    transaction_timeout_ms: int
     """The time in ms to wait before aborting idle transactions sent by this producer. This is only relevant if a TransactionalId has been defined. (versions 0+)"""
-    producer_id: int = -1
+    producer_id: int
     """The producer id. This is used to disambiguate requests if a transactional id is reused following its expiration. (versions 3+)"""
-    producer_epoch: int = -1
+    producer_epoch: int
     """The producer's current epoch. This will be checked against the producer epoch on the broker, and the request will return an error if they do not match. (versions 3+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        transactional_id: str | None = "",
+        transaction_timeout_ms: int = 0,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_init_producer_id_request_v0_1(self: InitProducerIdRequest, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -17,7 +16,6 @@ from odradek.protocol.primitives import (
 _I32_I16_I64_I16 = Struct(">ihqh")
 
 
-@dataclass(slots=True)
 class InitProducerIdResponse(Message):
     """InitProducerIdResponse (api key 22): versions 0-5, flexible 2-5."""
 
@@ -27,16 +25,32 @@ class InitProducerIdResponse(Message):
     MAX_VERSION: ClassVar[int] = 5
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "producer_id", "producer_epoch", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    producer_id: int = -1
+    producer_id: int
     """The current producer id. (versions 0+)"""
-    producer_epoch: int = 0
+    producer_epoch: int
     """The current epoch associated with the producer id. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        producer_id: int = -1,
+        producer_epoch: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_init_producer_id_response_v0_1(self: InitProducerIdResponse, out: bytearray) -> None:

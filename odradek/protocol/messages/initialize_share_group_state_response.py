@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -24,33 +23,56 @@ from odradek.protocol.primitives import (
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class PartitionResult:
+class PartitionResult(Fields):
     """A PartitionResult of InitializeShareGroupStateResponse."""
 
-    partition: int = 0
+    __slots__ = ("partition", "error_code", "error_message", "unknown_tagged_fields",)
+
+    partition: int
     """The partition index. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    error_message: str | None = None
+    error_message: str | None
     """The error message, or null if there was no error. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class InitializeStateResult:
+
+class InitializeStateResult(Fields):
     """A InitializeStateResult of InitializeShareGroupStateResponse."""
 
-    topic_id: UUID = ZERO_UUID
+    __slots__ = ("topic_id", "partitions", "unknown_tagged_fields",)
+
+    topic_id: UUID
     """The topic identifier (versions 0+)"""
-    partitions: list[PartitionResult] = field(default_factory=list)
+    partitions: list[PartitionResult]
     """The results for the partitions. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_id: UUID = ZERO_UUID,
+        partitions: list[PartitionResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class InitializeShareGroupStateResponse(Message):
     """InitializeShareGroupStateResponse (api key 83): versions 0, flexible 0."""
 
@@ -60,10 +82,20 @@ class InitializeShareGroupStateResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    results: list[InitializeStateResult] = field(default_factory=list)
+    __slots__ = ("results", "unknown_tagged_fields",)
+
+    results: list[InitializeStateResult]
     """The initialization results (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        results: list[InitializeStateResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.results = list() if results is MISSING else results
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_partition_result_v0(self: PartitionResult, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -35,19 +34,29 @@ _I32 = Struct(">i")
 _I32_I32 = Struct(">ii")
 
 
-@dataclass(slots=True)
-class JoinGroupRequestProtocol:
+class JoinGroupRequestProtocol(Fields):
     """A JoinGroupRequestProtocol of JoinGroupRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "metadata", "unknown_tagged_fields",)
+
+    name: str
     """The protocol name. (versions 0+)"""
-    metadata: Buffer = b""
+    metadata: Buffer
     """The protocol metadata. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        metadata: Buffer = b"",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.metadata = metadata
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class JoinGroupRequest(Message):
     """JoinGroupRequest (api key 11): versions 0-9, deprecated 0-1, flexible 6-9."""
 
@@ -57,24 +66,48 @@ class JoinGroupRequest(Message):
     MAX_VERSION: ClassVar[int] = 9
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 6
 
-    group_id: str = ""
+    __slots__ = ("group_id", "session_timeout_ms", "rebalance_timeout_ms", "member_id", "group_instance_id", "protocol_type", "protocols", "reason", "unknown_tagged_fields",)
+
+    group_id: str
     """The group identifier. (versions 0+)"""
-    session_timeout_ms: int = 0
+    session_timeout_ms: int
     """The coordinator considers the consumer dead if it receives no heartbeat after this timeout in milliseconds. (versions 0+)"""
-    rebalance_timeout_ms: int = -1
+    rebalance_timeout_ms: int
     """The maximum time in milliseconds that the coordinator will wait for each member to rejoin when rebalancing the group. (versions 1+)"""
-    member_id: str = ""
+    member_id: str
     """The member id assigned by the group coordinator. (versions 0+)"""
-    group_instance_id: str | None = None
+    group_instance_id: str | None
     """The unique identifier of the consumer instance provided by end user. (versions 5+)"""
-    protocol_type: str = ""
+    protocol_type: str
     """The unique name the for class of protocols implemented by the group we want to join. (versions 0+)"""
-    protocols: list[JoinGroupRequestProtocol] = field(default_factory=list)
+    protocols: list[JoinGroupRequestProtocol]
     """The list of protocols that the member supports. (versions 0+)"""
-    reason: str | None = None
+    reason: str | None
     """The reason why the member (re-)joins the group. (versions 8+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        group_id: str = "",
+        session_timeout_ms: int = 0,
+        rebalance_timeout_ms: int = -1,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        protocol_type: str = "",
+        protocols: list[JoinGroupRequestProtocol] = MISSING,
+        reason: str | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.protocol_type = protocol_type
+        self.protocols = list() if protocols is MISSING else protocols
+        self.reason = reason
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_join_group_request_protocol_v0_5(self: JoinGroupRequestProtocol, out: bytearray) -> None:

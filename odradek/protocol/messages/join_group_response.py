@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -36,21 +35,33 @@ _I16_I32 = Struct(">hi")
 _I32_I16_I32 = Struct(">ihi")
 
 
-@dataclass(slots=True)
-class JoinGroupResponseMember:
+class JoinGroupResponseMember(Fields):
     """A JoinGroupResponseMember of JoinGroupResponse."""
 
-    member_id: str = ""
+    __slots__ = ("member_id", "group_instance_id", "metadata", "unknown_tagged_fields",)
+
+    member_id: str
     """The group member ID. (versions 0+)"""
-    group_instance_id: str | None = None
+    group_instance_id: str | None
     """The unique identifier of the consumer instance provided by end user. (versions 5+)"""
-    metadata: Buffer = b""
+    metadata: Buffer
     """The group member metadata. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        metadata: Buffer = b"",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.metadata = metadata
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class JoinGroupResponse(Message):
     """JoinGroupResponse (api key 11): versions 0-9, flexible 6-9."""
 
@@ -60,26 +71,52 @@ class JoinGroupResponse(Message):
     MAX_VERSION: ClassVar[int] = 9
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 6
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "generation_id", "protocol_type", "protocol_name", "leader", "skip_assignment", "member_id", "members", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 2+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    generation_id: int = -1
+    generation_id: int
     """The generation ID of the group. (versions 0+)"""
-    protocol_type: str | None = None
+    protocol_type: str | None
     """The group protocol name. (versions 7+)"""
-    protocol_name: str | None = ""
+    protocol_name: str | None
     """The group protocol selected by the coordinator. (versions 0+)"""
-    leader: str = ""
+    leader: str
     """The leader of the group. (versions 0+)"""
-    skip_assignment: bool = False
+    skip_assignment: bool
     """True if the leader must skip running the assignment. (versions 9+)"""
-    member_id: str = ""
+    member_id: str
     """The member ID assigned by the group coordinator. (versions 0+)"""
-    members: list[JoinGroupResponseMember] = field(default_factory=list)
+    members: list[JoinGroupResponseMember]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        generation_id: int = -1,
+        protocol_type: str | None = None,
+        protocol_name: str | None = "",
+        leader: str = "",
+        skip_assignment: bool = False,
+        member_id: str = "",
+        members: list[JoinGroupResponseMember] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.generation_id = generation_id
+        self.protocol_type = protocol_type
+        self.protocol_name = protocol_name
+        self.leader = leader
+        self.skip_assignment = skip_assignment
+        self.member_id = member_id
+        self.members = list() if members is MISSING else members
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_join_group_response_member_v0_4(self: JoinGroupResponseMember, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -17,7 +16,6 @@ from odradek.protocol.primitives import (
 _I16_I16 = Struct(">hh")
 
 
-@dataclass(slots=True)
 class KRaftVersionRecord(Message):
     """KRaftVersionRecord: versions 0, flexible 0."""
 
@@ -26,12 +24,24 @@ class KRaftVersionRecord(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    version: int = 0
+    __slots__ = ("version", "k_raft_version", "unknown_tagged_fields",)
+
+    version: int
     """The version of the kraft version record (versions 0+)"""
-    k_raft_version: int = 0
+    k_raft_version: int
     """The kraft protocol version (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        version: int = 0,
+        k_raft_version: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.version = version
+        self.k_raft_version = k_raft_version
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_k_raft_version_record_v0(self: KRaftVersionRecord, out: bytearray) -> None:

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     ZERO_UUID,
@@ -36,67 +35,123 @@ _I32_I32_I64 = Struct(">iiq")
 _I32_I32_I64_I8 = Struct(">iiqb")
 
 
-@dataclass(slots=True)
-class LeaderAndIsrPartitionState:
+class LeaderAndIsrPartitionState(Fields):
     """A LeaderAndIsrPartitionState of LeaderAndIsrRequest."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "partition_index", "controller_epoch", "leader", "leader_epoch", "isr", "partition_epoch", "replicas", "adding_replicas", "removing_replicas", "is_new", "leader_recovery_state", "unknown_tagged_fields",)
+
+    topic_name: str
     """The topic name.  This is only present in v0 or v1. (versions 0-1)"""
-    partition_index: int = 0
+    partition_index: int
     """The partition index. (versions 0+)"""
-    controller_epoch: int = 0
+    controller_epoch: int
     """The controller epoch. (versions 0+)"""
-    leader: int = 0
+    leader: int
     """The broker ID of the leader. (versions 0+)"""
-    leader_epoch: int = 0
+    leader_epoch: int
     """The leader epoch. (versions 0+)"""
-    isr: list[int] = field(default_factory=list)
+    isr: list[int]
     """The in-sync replica IDs. (versions 0+)"""
-    partition_epoch: int = 0
+    partition_epoch: int
     """The current epoch for the partition. The epoch is a monotonically increasing value which is incremented after every partition change. (Since the LeaderAndIsr request is only used by the legacy controller, this corresponds to the zkVersion) (versions 0+)"""
-    replicas: list[int] = field(default_factory=list)
+    replicas: list[int]
     """The replica IDs. (versions 0+)"""
-    adding_replicas: list[int] = field(default_factory=list)
+    adding_replicas: list[int]
     """The replica IDs that we are adding this partition to, or null if no replicas are being added. (versions 3+)"""
-    removing_replicas: list[int] = field(default_factory=list)
+    removing_replicas: list[int]
     """The replica IDs that we are removing this partition from, or null if no replicas are being removed. (versions 3+)"""
-    is_new: bool = False
+    is_new: bool
     """Whether the replica should have existed on the broker or not. (versions 1+)"""
-    leader_recovery_state: int = 0
+    leader_recovery_state: int
     """1 if the partition is recovering from an unclean leader election; 0 otherwise. (versions 6+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        partition_index: int = 0,
+        controller_epoch: int = 0,
+        leader: int = 0,
+        leader_epoch: int = 0,
+        isr: list[int] = MISSING,
+        partition_epoch: int = 0,
+        replicas: list[int] = MISSING,
+        adding_replicas: list[int] = MISSING,
+        removing_replicas: list[int] = MISSING,
+        is_new: bool = False,
+        leader_recovery_state: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.controller_epoch = controller_epoch
+        self.leader = leader
+        self.leader_epoch = leader_epoch
+        self.isr = list() if isr is MISSING else isr
+        self.partition_epoch = partition_epoch
+        self.replicas = list() if replicas is MISSING else replicas
+        self.adding_replicas = list() if adding_replicas is MISSING else adding_replicas
+        self.removing_replicas = list() if removing_replicas is MISSING else removing_replicas
+        self.is_new = is_new
+        self.leader_recovery_state = leader_recovery_state
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class LeaderAndIsrTopicState:
+
+class LeaderAndIsrTopicState(Fields):
     """A LeaderAndIsrTopicState of LeaderAndIsrRequest."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "topic_id", "partition_states", "unknown_tagged_fields",)
+
+    topic_name: str
     """The topic name. (versions 2+)"""
-    topic_id: UUID = ZERO_UUID
+    topic_id: UUID
     """The unique topic ID. (versions 5+)"""
-    partition_states: list[LeaderAndIsrPartitionState] = field(default_factory=list)
+    partition_states: list[LeaderAndIsrPartitionState]
     """The state of each partition (versions 2+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        topic_id: UUID = ZERO_UUID,
+        partition_states: list[LeaderAndIsrPartitionState] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partition_states = list() if partition_states is MISSING else partition_states
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class LeaderAndIsrLiveLeader:
+
+class LeaderAndIsrLiveLeader(Fields):
     """A LeaderAndIsrLiveLeader of LeaderAndIsrRequest."""
 
-    broker_id: int = 0
+    __slots__ = ("broker_id", "host_name", "port", "unknown_tagged_fields",)
+
+    broker_id: int
     """The leader's broker ID. (versions 0+)"""
-    host_name: str = ""
+    host_name: str
     """The leader's hostname. (versions 0+)"""
-    port: int = 0
+    port: int
     """The leader's port. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        broker_id: int = 0,
+        host_name: str = "",
+        port: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.host_name = host_name
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class LeaderAndIsrRequest(Message):
     """LeaderAndIsrRequest (api key 4): versions 0-7, flexible 4-7."""
 
@@ -106,24 +161,48 @@ class LeaderAndIsrRequest(Message):
     MAX_VERSION: ClassVar[int] = 7
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 4
 
-    controller_id: int = 0
+    __slots__ = ("controller_id", "is_k_raft_controller", "controller_epoch", "broker_epoch", "type", "ungrouped_partition_states", "topic_states", "live_leaders", "unknown_tagged_fields",)
+
+    controller_id: int
     """The current controller ID. (versions 0+)"""
-    is_k_raft_controller: bool = False
+    is_k_raft_controller: bool
     """If KRaft controller id is used during migration. See KIP-866 (versions 7+)"""
-    controller_epoch: int = 0
+    controller_epoch: int
     """The current controller epoch. (versions 0+)"""
-    broker_epoch: int = -1
+    broker_epoch: int
     """The current broker epoch. (versions 2+)"""
-    type: int = 0
+    type: int
     """The type that indicates whether all topics are included in the request (versions 5+)"""
-    ungrouped_partition_states: list[LeaderAndIsrPartitionState] = field(default_factory=list)
+    ungrouped_partition_states: list[LeaderAndIsrPartitionState]
     """The state of each partition, in a v0 or v1 message. (versions 0-1)"""
-    topic_states: list[LeaderAndIsrTopicState] = field(default_factory=list)
+    topic_states: list[LeaderAndIsrTopicState]
     """Each topic. (versions 2+)"""
-    live_leaders: list[LeaderAndIsrLiveLeader] = field(default_factory=list)
+    live_leaders: list[LeaderAndIsrLiveLeader]
     """The current live leaders. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        controller_id: int = 0,
+        is_k_raft_controller: bool = False,
+        controller_epoch: int = 0,
+        broker_epoch: int = -1,
+        type: int = 0,
+        ungrouped_partition_states: list[LeaderAndIsrPartitionState] = MISSING,
+        topic_states: list[LeaderAndIsrTopicState] = MISSING,
+        live_leaders: list[LeaderAndIsrLiveLeader] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.controller_id = controller_id
+        self.is_k_raft_controller = is_k_raft_controller
+        self.controller_epoch = controller_epoch
+        self.broker_epoch = broker_epoch
+        self.type = type
+        self.ungrouped_partition_states = list() if ungrouped_partition_states is MISSING else ungrouped_partition_states
+        self.topic_states = list() if topic_states is MISSING else topic_states
+        self.live_leaders = list() if live_leaders is MISSING else live_leaders
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_leader_and_isr_partition_state_v0(self: LeaderAndIsrPartitionState, out: bytearray) -> None:
@@ -481,7 +560,7 @@ def _encode_leader_and_isr_request_v0(self: LeaderAndIsrRequest, out: bytearray)
     out += INT32.pack(len(self.ungrouped_partition_states))
     for ungrouped_partition_states_item in self.ungrouped_partition_states:
         _encode_leader_and_isr_partition_state_v0(ungrouped_partition_states_item, out)
-    if self.topic_states:
+    if self.topic_states != list():
         raise EncodeError("topic_states exists only in versions 2+ and is not ignorable")
     out += INT32.pack(len(self.live_leaders))
     for live_leaders_item in self.live_leaders:
@@ -513,7 +592,7 @@ def _encode_leader_and_isr_request_v1(self: LeaderAndIsrRequest, out: bytearray)
     out += INT32.pack(len(self.ungrouped_partition_states))
     for ungrouped_partition_states_item in self.ungrouped_partition_states:
         _encode_leader_and_isr_partition_state_v1(ungrouped_partition_states_item, out)
-    if self.topic_states:
+    if self.topic_states != list():
         raise EncodeError("topic_states exists only in versions 2+ and is not ignorable")
     out += INT32.pack(len(self.live_leaders))
     for live_leaders_item in self.live_leaders:
@@ -541,7 +620,7 @@ def _encode_leader_and_isr_request_v2(self: LeaderAndIsrRequest, out: bytearray)
         raise EncodeError("is_k_raft_controller exists only in versions 7+ and is not ignorable")
     if self.type != 0:
         raise EncodeError("type exists only in versions 5+ and is not ignorable")
-    if self.ungrouped_partition_states:
+    if self.ungrouped_partition_states != list():
         raise EncodeError("ungrouped_partition_states exists only in versions 0-1 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     out += INT32.pack(len(self.topic_states))
@@ -573,7 +652,7 @@ def _encode_leader_and_isr_request_v3(self: LeaderAndIsrRequest, out: bytearray)
         raise EncodeError("is_k_raft_controller exists only in versions 7+ and is not ignorable")
     if self.type != 0:
         raise EncodeError("type exists only in versions 5+ and is not ignorable")
-    if self.ungrouped_partition_states:
+    if self.ungrouped_partition_states != list():
         raise EncodeError("ungrouped_partition_states exists only in versions 0-1 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     out += INT32.pack(len(self.topic_states))
@@ -605,7 +684,7 @@ def _encode_leader_and_isr_request_v4(self: LeaderAndIsrRequest, out: bytearray)
         raise EncodeError("is_k_raft_controller exists only in versions 7+ and is not ignorable")
     if self.type != 0:
         raise EncodeError("type exists only in versions 5+ and is not ignorable")
-    if self.ungrouped_partition_states:
+    if self.ungrouped_partition_states != list():
         raise EncodeError("ungrouped_partition_states exists only in versions 0-1 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     write_uvarint(out, len(self.topic_states) + 1)
@@ -640,7 +719,7 @@ def _decode_leader_and_isr_request_v4(buf: Buffer, pos: int) -> tuple[LeaderAndI
 def _encode_leader_and_isr_request_v5(self: LeaderAndIsrRequest, out: bytearray) -> None:
     if self.is_k_raft_controller:
         raise EncodeError("is_k_raft_controller exists only in versions 7+ and is not ignorable")
-    if self.ungrouped_partition_states:
+    if self.ungrouped_partition_states != list():
         raise EncodeError("ungrouped_partition_states exists only in versions 0-1 and is not ignorable")
     out += _I32_I32_I64_I8.pack(self.controller_id, self.controller_epoch, self.broker_epoch, self.type)
     write_uvarint(out, len(self.topic_states) + 1)
@@ -675,7 +754,7 @@ def _decode_leader_and_isr_request_v5(buf: Buffer, pos: int) -> tuple[LeaderAndI
 def _encode_leader_and_isr_request_v6(self: LeaderAndIsrRequest, out: bytearray) -> None:
     if self.is_k_raft_controller:
         raise EncodeError("is_k_raft_controller exists only in versions 7+ and is not ignorable")
-    if self.ungrouped_partition_states:
+    if self.ungrouped_partition_states != list():
         raise EncodeError("ungrouped_partition_states exists only in versions 0-1 and is not ignorable")
     out += _I32_I32_I64_I8.pack(self.controller_id, self.controller_epoch, self.broker_epoch, self.type)
     write_uvarint(out, len(self.topic_states) + 1)
@@ -708,7 +787,7 @@ def _decode_leader_and_isr_request_v6(buf: Buffer, pos: int) -> tuple[LeaderAndI
 
 
 def _encode_leader_and_isr_request_v7(self: LeaderAndIsrRequest, out: bytearray) -> None:
-    if self.ungrouped_partition_states:
+    if self.ungrouped_partition_states != list():
         raise EncodeError("ungrouped_partition_states exists only in versions 0-1 and is not ignorable")
     out += _I32_BOOL_I32_I64_I8.pack(self.controller_id, self.is_k_raft_controller, self.controller_epoch, self.broker_epoch, self.type)
     write_uvarint(out, len(self.topic_states) + 1)

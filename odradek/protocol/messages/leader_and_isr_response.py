@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     ZERO_UUID,
@@ -30,33 +29,56 @@ _I16 = Struct(">h")
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class LeaderAndIsrPartitionError:
+class LeaderAndIsrPartitionError(Fields):
     """A LeaderAndIsrPartitionError of LeaderAndIsrResponse."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "partition_index", "error_code", "unknown_tagged_fields",)
+
+    topic_name: str
     """The topic name. (versions 0-4)"""
-    partition_index: int = 0
+    partition_index: int
     """The partition index. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The partition error code, or 0 if there was no error. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        partition_index: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class LeaderAndIsrTopicError:
+
+class LeaderAndIsrTopicError(Fields):
     """A LeaderAndIsrTopicError of LeaderAndIsrResponse."""
 
-    topic_id: UUID = ZERO_UUID
+    __slots__ = ("topic_id", "partition_errors", "unknown_tagged_fields",)
+
+    topic_id: UUID
     """The unique topic ID (versions 5+)"""
-    partition_errors: list[LeaderAndIsrPartitionError] = field(default_factory=list)
+    partition_errors: list[LeaderAndIsrPartitionError]
     """Each partition. (versions 5+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_id: UUID = ZERO_UUID,
+        partition_errors: list[LeaderAndIsrPartitionError] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partition_errors = list() if partition_errors is MISSING else partition_errors
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class LeaderAndIsrResponse(Message):
     """LeaderAndIsrResponse (api key 4): versions 0-7, flexible 4-7."""
 
@@ -66,14 +88,28 @@ class LeaderAndIsrResponse(Message):
     MAX_VERSION: ClassVar[int] = 7
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 4
 
-    error_code: int = 0
+    __slots__ = ("error_code", "partition_errors", "topics", "unknown_tagged_fields",)
+
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    partition_errors: list[LeaderAndIsrPartitionError] = field(default_factory=list)
+    partition_errors: list[LeaderAndIsrPartitionError]
     """Each partition in v0 to v4 message. (versions 0-4)"""
-    topics: list[LeaderAndIsrTopicError] = field(default_factory=list)
+    topics: list[LeaderAndIsrTopicError]
     """Each topic (versions 5+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        partition_errors: list[LeaderAndIsrPartitionError] = MISSING,
+        topics: list[LeaderAndIsrTopicError] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.partition_errors = list() if partition_errors is MISSING else partition_errors
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_leader_and_isr_partition_error_v0_3(self: LeaderAndIsrPartitionError, out: bytearray) -> None:
@@ -147,7 +183,7 @@ def _encode_leader_and_isr_response_v0_3(self: LeaderAndIsrResponse, out: bytear
     out += INT32.pack(len(self.partition_errors))
     for partition_errors_item in self.partition_errors:
         _encode_leader_and_isr_partition_error_v0_3(partition_errors_item, out)
-    if self.topics:
+    if self.topics != list():
         raise EncodeError("topics exists only in versions 5+ and is not ignorable")
 
 
@@ -167,7 +203,7 @@ def _encode_leader_and_isr_response_v4(self: LeaderAndIsrResponse, out: bytearra
     write_uvarint(out, len(self.partition_errors) + 1)
     for partition_errors_item in self.partition_errors:
         _encode_leader_and_isr_partition_error_v4(partition_errors_item, out)
-    if self.topics:
+    if self.topics != list():
         raise EncodeError("topics exists only in versions 5+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -188,7 +224,7 @@ def _decode_leader_and_isr_response_v4(buf: Buffer, pos: int) -> tuple[LeaderAnd
 
 
 def _encode_leader_and_isr_response_v5_7(self: LeaderAndIsrResponse, out: bytearray) -> None:
-    if self.partition_errors:
+    if self.partition_errors != list():
         raise EncodeError("partition_errors exists only in versions 0-4 and is not ignorable")
     out += _I16.pack(self.error_code)
     write_uvarint(out, len(self.topics) + 1)

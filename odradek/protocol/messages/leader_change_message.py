@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -24,19 +23,29 @@ _I16_I32 = Struct(">hi")
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class Voter:
+class Voter(Fields):
     """A Voter of LeaderChangeMessage."""
 
-    voter_id: int = 0
+    __slots__ = ("voter_id", "voter_directory_id", "unknown_tagged_fields",)
+
+    voter_id: int
     """(versions 0+)"""
-    voter_directory_id: UUID = ZERO_UUID
+    voter_directory_id: UUID
     """The directory id of the voter (versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        voter_id: int = 0,
+        voter_directory_id: UUID = ZERO_UUID,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class LeaderChangeMessage(Message):
     """LeaderChangeMessage: versions 0-1, flexible 0-1."""
 
@@ -45,16 +54,32 @@ class LeaderChangeMessage(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    version: int = 0
+    __slots__ = ("version", "leader_id", "voters", "granting_voters", "unknown_tagged_fields",)
+
+    version: int
     """The version of the leader change message (versions 0+)"""
-    leader_id: int = 0
+    leader_id: int
     """The ID of the newly elected leader (versions 0+)"""
-    voters: list[Voter] = field(default_factory=list)
+    voters: list[Voter]
     """The set of voters in the quorum for this epoch (versions 0+)"""
-    granting_voters: list[Voter] = field(default_factory=list)
+    granting_voters: list[Voter]
     """The voters who voted for the leader at the time of election (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        version: int = 0,
+        leader_id: int = 0,
+        voters: list[Voter] = MISSING,
+        granting_voters: list[Voter] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.version = version
+        self.leader_id = leader_id
+        self.voters = list() if voters is MISSING else voters
+        self.granting_voters = list() if granting_voters is MISSING else granting_voters
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_voter_v0(self: Voter, out: bytearray) -> None:

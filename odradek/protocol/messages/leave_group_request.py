@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -27,21 +26,33 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
-class MemberIdentity:
+class MemberIdentity(Fields):
     """A MemberIdentity of LeaveGroupRequest."""
 
-    member_id: str = ""
+    __slots__ = ("member_id", "group_instance_id", "reason", "unknown_tagged_fields",)
+
+    member_id: str
     """The member ID to remove from the group. (versions 3+)"""
-    group_instance_id: str | None = None
+    group_instance_id: str | None
     """The group instance ID to remove from the group. (versions 3+)"""
-    reason: str | None = None
+    reason: str | None
     """The reason why the member left the group. (versions 5+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        reason: str | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.reason = reason
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class LeaveGroupRequest(Message):
     """LeaveGroupRequest (api key 13): versions 0-5, flexible 4-5."""
 
@@ -51,14 +62,28 @@ class LeaveGroupRequest(Message):
     MAX_VERSION: ClassVar[int] = 5
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 4
 
-    group_id: str = ""
+    __slots__ = ("group_id", "member_id", "members", "unknown_tagged_fields",)
+
+    group_id: str
     """The ID of the group to leave. (versions 0+)"""
-    member_id: str = ""
+    member_id: str
     """The member ID to remove from the group. (versions 0-2)"""
-    members: list[MemberIdentity] = field(default_factory=list)
+    members: list[MemberIdentity]
     """List of leaving member identities. (versions 3+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        group_id: str = "",
+        member_id: str = "",
+        members: list[MemberIdentity] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.members = list() if members is MISSING else members
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_member_identity_v3(self: MemberIdentity, out: bytearray) -> None:
@@ -109,7 +134,7 @@ def _decode_member_identity_v5(buf: Buffer, pos: int) -> tuple[MemberIdentity, i
 def _encode_leave_group_request_v0_2(self: LeaveGroupRequest, out: bytearray) -> None:
     write_string(out, self.group_id)
     write_string(out, self.member_id)
-    if self.members:
+    if self.members != list():
         raise EncodeError("members exists only in versions 3+ and is not ignorable")
 
 

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -31,21 +30,33 @@ _I16 = Struct(">h")
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class MemberResponse:
+class MemberResponse(Fields):
     """A MemberResponse of LeaveGroupResponse."""
 
-    member_id: str = ""
+    __slots__ = ("member_id", "group_instance_id", "error_code", "unknown_tagged_fields",)
+
+    member_id: str
     """The member ID to remove from the group. (versions 3+)"""
-    group_instance_id: str | None = ""
+    group_instance_id: str | None
     """The group instance ID to remove from the group. (versions 3+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 3+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        member_id: str = "",
+        group_instance_id: str | None = "",
+        error_code: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class LeaveGroupResponse(Message):
     """LeaveGroupResponse (api key 13): versions 0-5, flexible 4-5."""
 
@@ -55,14 +66,28 @@ class LeaveGroupResponse(Message):
     MAX_VERSION: ClassVar[int] = 5
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 4
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "members", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 1+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    members: list[MemberResponse] = field(default_factory=list)
+    members: list[MemberResponse]
     """List of leaving member responses. (versions 3+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        members: list[MemberResponse] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.members = list() if members is MISSING else members
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_member_response_v3(self: MemberResponse, out: bytearray) -> None:
@@ -99,7 +124,7 @@ def _decode_member_response_v4_5(buf: Buffer, pos: int) -> tuple[MemberResponse,
 
 
 def _encode_leave_group_response_v0(self: LeaveGroupResponse, out: bytearray) -> None:
-    if self.members:
+    if self.members != list():
         raise EncodeError("members exists only in versions 3+ and is not ignorable")
     out += _I16.pack(self.error_code)
 
@@ -111,7 +136,7 @@ def _decode_leave_group_response_v0(buf: Buffer, pos: int) -> tuple[LeaveGroupRe
 
 
 def _encode_leave_group_response_v1_2(self: LeaveGroupResponse, out: bytearray) -> None:
-    if self.members:
+    if self.members != list():
         raise EncodeError("members exists only in versions 3+ and is not ignorable")
     out += _I32_I16.pack(self.throttle_time_ms, self.error_code)
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from odradek.protocol.message import Message
@@ -14,7 +13,6 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class ListClientMetricsResourcesRequest(Message):
     """ListClientMetricsResourcesRequest (api key 74): versions 0, flexible 0."""
 
@@ -24,8 +22,16 @@ class ListClientMetricsResourcesRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    __slots__ = ("unknown_tagged_fields",)
+
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_list_client_metrics_resources_request_v0(self: ListClientMetricsResourcesRequest, out: bytearray) -> None:

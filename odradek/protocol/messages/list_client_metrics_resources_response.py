@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -21,17 +20,25 @@ from odradek.protocol.primitives import (
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class ClientMetricsResource:
+class ClientMetricsResource(Fields):
     """A ClientMetricsResource of ListClientMetricsResourcesResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "unknown_tagged_fields",)
+
+    name: str
     """The resource name. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ListClientMetricsResourcesResponse(Message):
     """ListClientMetricsResourcesResponse (api key 74): versions 0, flexible 0."""
 
@@ -41,14 +48,28 @@ class ListClientMetricsResourcesResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "client_metrics_resources", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    client_metrics_resources: list[ClientMetricsResource] = field(default_factory=list)
+    client_metrics_resources: list[ClientMetricsResource]
     """Each client metrics resource in the response. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        client_metrics_resources: list[ClientMetricsResource] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.client_metrics_resources = list() if client_metrics_resources is MISSING else client_metrics_resources
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_client_metrics_resource_v0(self: ClientMetricsResource, out: bytearray) -> None:

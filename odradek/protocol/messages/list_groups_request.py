@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -19,7 +18,6 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class ListGroupsRequest(Message):
     """ListGroupsRequest (api key 16): versions 0-5, flexible 3-5."""
 
@@ -29,18 +27,30 @@ class ListGroupsRequest(Message):
     MAX_VERSION: ClassVar[int] = 5
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
 
-    states_filter: list[str] = field(default_factory=list)
+    __slots__ = ("states_filter", "types_filter", "unknown_tagged_fields",)
+
+    states_filter: list[str]
     """The states of the groups we want to list. If empty, all groups are returned with their state. (versions 4+)"""
-    types_filter: list[str] = field(default_factory=list)
+    types_filter: list[str]
     """The types of the groups we want to list. If empty, all groups are returned with their type. (versions 5+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        states_filter: list[str] = MISSING,
+        types_filter: list[str] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.states_filter = list() if states_filter is MISSING else states_filter
+        self.types_filter = list() if types_filter is MISSING else types_filter
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_list_groups_request_v0_2(self: ListGroupsRequest, out: bytearray) -> None:
-    if self.states_filter:
+    if self.states_filter != list():
         raise EncodeError("states_filter exists only in versions 4+ and is not ignorable")
-    if self.types_filter:
+    if self.types_filter != list():
         raise EncodeError("types_filter exists only in versions 5+ and is not ignorable")
 
 
@@ -49,9 +59,9 @@ def _decode_list_groups_request_v0_2(buf: Buffer, pos: int) -> tuple[ListGroupsR
 
 
 def _encode_list_groups_request_v3(self: ListGroupsRequest, out: bytearray) -> None:
-    if self.states_filter:
+    if self.states_filter != list():
         raise EncodeError("states_filter exists only in versions 4+ and is not ignorable")
-    if self.types_filter:
+    if self.types_filter != list():
         raise EncodeError("types_filter exists only in versions 5+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -68,7 +78,7 @@ def _encode_list_groups_request_v4(self: ListGroupsRequest, out: bytearray) -> N
     write_uvarint(out, len(self.states_filter) + 1)
     for states_filter_item in self.states_filter:
         write_compact_string(out, states_filter_item)
-    if self.types_filter:
+    if self.types_filter != list():
         raise EncodeError("types_filter exists only in versions 5+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)

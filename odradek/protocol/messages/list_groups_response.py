@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -26,23 +25,37 @@ _I16 = Struct(">h")
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class ListedGroup:
+class ListedGroup(Fields):
     """A ListedGroup of ListGroupsResponse."""
 
-    group_id: str = ""
+    __slots__ = ("group_id", "protocol_type", "group_state", "group_type", "unknown_tagged_fields",)
+
+    group_id: str
     """The group ID. (versions 0+)"""
-    protocol_type: str = ""
+    protocol_type: str
     """The group protocol type. (versions 0+)"""
-    group_state: str = ""
+    group_state: str
     """The group state name. (versions 4+)"""
-    group_type: str = ""
+    group_type: str
     """The group type name. (versions 5+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        group_id: str = "",
+        protocol_type: str = "",
+        group_state: str = "",
+        group_type: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.protocol_type = protocol_type
+        self.group_state = group_state
+        self.group_type = group_type
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ListGroupsResponse(Message):
     """ListGroupsResponse (api key 16): versions 0-5, flexible 3-5."""
 
@@ -52,14 +65,28 @@ class ListGroupsResponse(Message):
     MAX_VERSION: ClassVar[int] = 5
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "groups", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 1+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    groups: list[ListedGroup] = field(default_factory=list)
+    groups: list[ListedGroup]
     """Each group in the response. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        groups: list[ListedGroup] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.groups = list() if groups is MISSING else groups
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_listed_group_v0_2(self: ListedGroup, out: bytearray) -> None:

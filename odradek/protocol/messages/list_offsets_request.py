@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -30,35 +29,60 @@ _I32_I64_I32 = Struct(">iqi")
 _I32_I8 = Struct(">ib")
 
 
-@dataclass(slots=True)
-class ListOffsetsPartition:
+class ListOffsetsPartition(Fields):
     """A ListOffsetsPartition of ListOffsetsRequest."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "current_leader_epoch", "timestamp", "max_num_offsets", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    current_leader_epoch: int = -1
+    current_leader_epoch: int
     """The current leader epoch. (versions 4+)"""
-    timestamp: int = 0
+    timestamp: int
     """The current timestamp. (versions 0+)"""
-    max_num_offsets: int = 1
+    max_num_offsets: int
     """The maximum number of offsets to report. (versions 0)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        current_leader_epoch: int = -1,
+        timestamp: int = 0,
+        max_num_offsets: int = 1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.current_leader_epoch = current_leader_epoch
+        self.timestamp = timestamp
+        self.max_num_offsets = max_num_offsets
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class ListOffsetsTopic:
+
+class ListOffsetsTopic(Fields):
     """A ListOffsetsTopic of ListOffsetsRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    partitions: list[ListOffsetsPartition] = field(default_factory=list)
+    partitions: list[ListOffsetsPartition]
     """Each partition in the request. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[ListOffsetsPartition] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ListOffsetsRequest(Message):
     """ListOffsetsRequest (api key 2): versions 0-10, deprecated 0, flexible 6-10."""
 
@@ -68,16 +92,32 @@ class ListOffsetsRequest(Message):
     MAX_VERSION: ClassVar[int] = 10
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 6
 
-    replica_id: int = 0
+    __slots__ = ("replica_id", "isolation_level", "topics", "timeout_ms", "unknown_tagged_fields",)
+
+    replica_id: int
     """The broker ID of the requester, or -1 if this request is being made by a normal consumer. (versions 0+)"""
-    isolation_level: int = 0
+    isolation_level: int
     """This setting controls the visibility of transactional records. Using READ_UNCOMMITTED (isolation_level = 0) makes all records visible. With READ_COMMITTED (isolation_level = 1), non-transactional and COMMITTED transactional records are visible. To be more concrete, READ_COMMITTED returns all data from offsets smaller than the current LSO (last stable offset), and enables the inclusion of the list of aborted transactions in the result, which allows consumers to discard ABORTED transactional records (versions 2+)"""
-    topics: list[ListOffsetsTopic] = field(default_factory=list)
+    topics: list[ListOffsetsTopic]
     """Each topic in the request. (versions 0+)"""
-    timeout_ms: int = 0
+    timeout_ms: int
     """The timeout to await a response in milliseconds for requests that require reading from remote storage for topics enabled with tiered storage. (versions 10+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        replica_id: int = 0,
+        isolation_level: int = 0,
+        topics: list[ListOffsetsTopic] = MISSING,
+        timeout_ms: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.replica_id = replica_id
+        self.isolation_level = isolation_level
+        self.topics = list() if topics is MISSING else topics
+        self.timeout_ms = timeout_ms
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_list_offsets_partition_v0(self: ListOffsetsPartition, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -29,39 +28,68 @@ _I32_I16_I64_I64 = Struct(">ihqq")
 _I32_I16_I64_I64_I32 = Struct(">ihqqi")
 
 
-@dataclass(slots=True)
-class ListOffsetsPartitionResponse:
+class ListOffsetsPartitionResponse(Fields):
     """A ListOffsetsPartitionResponse of ListOffsetsResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "error_code", "old_style_offsets", "timestamp", "offset", "leader_epoch", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The partition error code, or 0 if there was no error. (versions 0+)"""
-    old_style_offsets: list[int] = field(default_factory=list)
+    old_style_offsets: list[int]
     """The result offsets. (versions 0)"""
-    timestamp: int = -1
+    timestamp: int
     """The timestamp associated with the returned offset. (versions 1+)"""
-    offset: int = -1
+    offset: int
     """The returned offset. (versions 1+)"""
-    leader_epoch: int = -1
+    leader_epoch: int
     """(versions 4+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        old_style_offsets: list[int] = MISSING,
+        timestamp: int = -1,
+        offset: int = -1,
+        leader_epoch: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.old_style_offsets = list() if old_style_offsets is MISSING else old_style_offsets
+        self.timestamp = timestamp
+        self.offset = offset
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class ListOffsetsTopicResponse:
+
+class ListOffsetsTopicResponse(Fields):
     """A ListOffsetsTopicResponse of ListOffsetsResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The topic name (versions 0+)"""
-    partitions: list[ListOffsetsPartitionResponse] = field(default_factory=list)
+    partitions: list[ListOffsetsPartitionResponse]
     """Each partition in the response. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[ListOffsetsPartitionResponse] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ListOffsetsResponse(Message):
     """ListOffsetsResponse (api key 2): versions 0-10, flexible 6-10."""
 
@@ -71,12 +99,24 @@ class ListOffsetsResponse(Message):
     MAX_VERSION: ClassVar[int] = 10
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 6
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "topics", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 2+)"""
-    topics: list[ListOffsetsTopicResponse] = field(default_factory=list)
+    topics: list[ListOffsetsTopicResponse]
     """Each topic in the response. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[ListOffsetsTopicResponse] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_list_offsets_partition_response_v0(self: ListOffsetsPartitionResponse, out: bytearray) -> None:
@@ -101,7 +141,7 @@ def _decode_list_offsets_partition_response_v0(buf: Buffer, pos: int) -> tuple[L
 
 
 def _encode_list_offsets_partition_response_v1_3(self: ListOffsetsPartitionResponse, out: bytearray) -> None:
-    if self.old_style_offsets:
+    if self.old_style_offsets != list():
         raise EncodeError("old_style_offsets exists only in versions 0 and is not ignorable")
     if self.leader_epoch != -1:
         raise EncodeError("leader_epoch exists only in versions 4+ and is not ignorable")
@@ -115,7 +155,7 @@ def _decode_list_offsets_partition_response_v1_3(buf: Buffer, pos: int) -> tuple
 
 
 def _encode_list_offsets_partition_response_v4_5(self: ListOffsetsPartitionResponse, out: bytearray) -> None:
-    if self.old_style_offsets:
+    if self.old_style_offsets != list():
         raise EncodeError("old_style_offsets exists only in versions 0 and is not ignorable")
     out += _I32_I16_I64_I64_I32.pack(self.partition_index, self.error_code, self.timestamp, self.offset, self.leader_epoch)
 
@@ -127,7 +167,7 @@ def _decode_list_offsets_partition_response_v4_5(buf: Buffer, pos: int) -> tuple
 
 
 def _encode_list_offsets_partition_response_v6_10(self: ListOffsetsPartitionResponse, out: bytearray) -> None:
-    if self.old_style_offsets:
+    if self.old_style_offsets != list():
         raise EncodeError("old_style_offsets exists only in versions 0 and is not ignorable")
     out += _I32_I16_I64_I64_I32.pack(self.partition_index, self.error_code, self.timestamp, self.offset, self.leader_epoch)
     if self.unknown_tagged_fields:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -21,19 +20,29 @@ from odradek.protocol.primitives import (
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class ListPartitionReassignmentsTopics:
+class ListPartitionReassignmentsTopics(Fields):
     """A ListPartitionReassignmentsTopics of ListPartitionReassignmentsRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "partition_indexes", "unknown_tagged_fields",)
+
+    name: str
     """The topic name (versions 0+)"""
-    partition_indexes: list[int] = field(default_factory=list)
+    partition_indexes: list[int]
     """The partitions to list partition reassignments for. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partition_indexes: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partition_indexes = list() if partition_indexes is MISSING else partition_indexes
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ListPartitionReassignmentsRequest(Message):
     """ListPartitionReassignmentsRequest (api key 46): versions 0, flexible 0."""
 
@@ -43,12 +52,24 @@ class ListPartitionReassignmentsRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    timeout_ms: int = 60000
+    __slots__ = ("timeout_ms", "topics", "unknown_tagged_fields",)
+
+    timeout_ms: int
     """The time in ms to wait for the request to complete. (versions 0+)"""
-    topics: list[ListPartitionReassignmentsTopics] | None = None
+    topics: list[ListPartitionReassignmentsTopics] | None
     """The topics to list partition reassignments for, or null to list everything. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        timeout_ms: int = 60000,
+        topics: list[ListPartitionReassignmentsTopics] | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.timeout_ms = timeout_ms
+        self.topics = topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_list_partition_reassignments_topics_v0(self: ListPartitionReassignmentsTopics, out: bytearray) -> None:

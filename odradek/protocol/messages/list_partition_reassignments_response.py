@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -24,35 +23,60 @@ _I32 = Struct(">i")
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class OngoingPartitionReassignment:
+class OngoingPartitionReassignment(Fields):
     """A OngoingPartitionReassignment of ListPartitionReassignmentsResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "replicas", "adding_replicas", "removing_replicas", "unknown_tagged_fields",)
+
+    partition_index: int
     """The index of the partition. (versions 0+)"""
-    replicas: list[int] = field(default_factory=list)
+    replicas: list[int]
     """The current replica set. (versions 0+)"""
-    adding_replicas: list[int] = field(default_factory=list)
+    adding_replicas: list[int]
     """The set of replicas we are currently adding. (versions 0+)"""
-    removing_replicas: list[int] = field(default_factory=list)
+    removing_replicas: list[int]
     """The set of replicas we are currently removing. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        replicas: list[int] = MISSING,
+        adding_replicas: list[int] = MISSING,
+        removing_replicas: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.replicas = list() if replicas is MISSING else replicas
+        self.adding_replicas = list() if adding_replicas is MISSING else adding_replicas
+        self.removing_replicas = list() if removing_replicas is MISSING else removing_replicas
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class OngoingTopicReassignment:
+
+class OngoingTopicReassignment(Fields):
     """A OngoingTopicReassignment of ListPartitionReassignmentsResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    partitions: list[OngoingPartitionReassignment] = field(default_factory=list)
+    partitions: list[OngoingPartitionReassignment]
     """The ongoing reassignments for each partition. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[OngoingPartitionReassignment] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ListPartitionReassignmentsResponse(Message):
     """ListPartitionReassignmentsResponse (api key 46): versions 0, flexible 0."""
 
@@ -62,16 +86,32 @@ class ListPartitionReassignmentsResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "topics", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The top-level error code, or 0 if there was no error (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The top-level error message, or null if there was no error. (versions 0+)"""
-    topics: list[OngoingTopicReassignment] = field(default_factory=list)
+    topics: list[OngoingTopicReassignment]
     """The ongoing reassignments for each topic. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        topics: list[OngoingTopicReassignment] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_ongoing_partition_reassignment_v0(self: OngoingPartitionReassignment, out: bytearray) -> None:

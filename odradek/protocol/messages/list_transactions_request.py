@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -22,7 +21,6 @@ from odradek.protocol.primitives import (
 _I64 = Struct(">q")
 
 
-@dataclass(slots=True)
 class ListTransactionsRequest(Message):
     """ListTransactionsRequest (api key 66): versions 0-1, flexible 0-1."""
 
@@ -32,14 +30,28 @@ class ListTransactionsRequest(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    state_filters: list[str] = field(default_factory=list)
+    __slots__ = ("state_filters", "producer_id_filters", "duration_filter", "unknown_tagged_fields",)
+
+    state_filters: list[str]
     """The transaction states to filter by: if empty, all transactions are returned; if non-empty, then only transactions matching one of the filtered states will be returned (versions 0+)"""
-    producer_id_filters: list[int] = field(default_factory=list)
+    producer_id_filters: list[int]
     """The producerIds to filter by: if empty, all transactions will be returned; if non-empty, only transactions which match one of the filtered producerIds will be returned (versions 0+)"""
-    duration_filter: int = -1
+    duration_filter: int
     """Duration (in millis) to filter by: if < 0, all transactions will be returned; otherwise, only transactions running longer than this duration will be returned (versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        state_filters: list[str] = MISSING,
+        producer_id_filters: list[int] = MISSING,
+        duration_filter: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.state_filters = list() if state_filters is MISSING else state_filters
+        self.producer_id_filters = list() if producer_id_filters is MISSING else producer_id_filters
+        self.duration_filter = duration_filter
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_list_transactions_request_v0(self: ListTransactionsRequest, out: bytearray) -> None:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -22,21 +21,33 @@ _I32_I16 = Struct(">ih")
 _I64 = Struct(">q")
 
 
-@dataclass(slots=True)
-class TransactionState:
+class TransactionState(Fields):
     """A TransactionState of ListTransactionsResponse."""
 
-    transactional_id: str = ""
+    __slots__ = ("transactional_id", "producer_id", "transaction_state", "unknown_tagged_fields",)
+
+    transactional_id: str
     """(versions 0+)"""
-    producer_id: int = 0
+    producer_id: int
     """(versions 0+)"""
-    transaction_state: str = ""
+    transaction_state: str
     """The current transaction state of the producer (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        transactional_id: str = "",
+        producer_id: int = 0,
+        transaction_state: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.transaction_state = transaction_state
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ListTransactionsResponse(Message):
     """ListTransactionsResponse (api key 66): versions 0-1, flexible 0-1."""
 
@@ -46,16 +57,32 @@ class ListTransactionsResponse(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "unknown_state_filters", "transaction_states", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """(versions 0+)"""
-    unknown_state_filters: list[str] = field(default_factory=list)
+    unknown_state_filters: list[str]
     """Set of state filters provided in the request which were unknown to the transaction coordinator (versions 0+)"""
-    transaction_states: list[TransactionState] = field(default_factory=list)
+    transaction_states: list[TransactionState]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        unknown_state_filters: list[str] = MISSING,
+        transaction_states: list[TransactionState] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.unknown_state_filters = list() if unknown_state_filters is MISSING else unknown_state_filters
+        self.transaction_states = list() if transaction_states is MISSING else transaction_states
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_transaction_state_v0_1(self: TransactionState, out: bytearray) -> None:

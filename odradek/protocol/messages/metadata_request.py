@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     NULL_INT32,
@@ -34,19 +33,29 @@ _BOOL_BOOL = Struct(">??")
 _BOOL_BOOL_BOOL = Struct(">???")
 
 
-@dataclass(slots=True)
-class MetadataRequestTopic:
+class MetadataRequestTopic(Fields):
     """A MetadataRequestTopic of MetadataRequest."""
 
-    topic_id: UUID = ZERO_UUID
+    __slots__ = ("topic_id", "name", "unknown_tagged_fields",)
+
+    topic_id: UUID
     """The topic id. (versions 10+)"""
-    name: str | None = ""
+    name: str | None
     """The topic name. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_id: UUID = ZERO_UUID,
+        name: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.name = name
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class MetadataRequest(Message):
     """MetadataRequest (api key 3): versions 0-12, deprecated 0-3, flexible 9-12."""
 
@@ -56,16 +65,32 @@ class MetadataRequest(Message):
     MAX_VERSION: ClassVar[int] = 12
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 9
 
-    topics: list[MetadataRequestTopic] | None = field(default_factory=list)
+    __slots__ = ("topics", "allow_auto_topic_creation", "include_cluster_authorized_operations", "include_topic_authorized_operations", "unknown_tagged_fields",)
+
+    topics: list[MetadataRequestTopic] | None
     """The topics to fetch metadata for. (versions 0+)"""
-    allow_auto_topic_creation: bool = True
+    allow_auto_topic_creation: bool
     """If this is true, the broker may auto-create topics that we requested which do not already exist, if it is configured to do so. (versions 4+)"""
-    include_cluster_authorized_operations: bool = False
+    include_cluster_authorized_operations: bool
     """Whether to include cluster authorized operations. (versions 8-10)"""
-    include_topic_authorized_operations: bool = False
+    include_topic_authorized_operations: bool
     """Whether to include topic authorized operations. (versions 8+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        topics: list[MetadataRequestTopic] | None = MISSING,
+        allow_auto_topic_creation: bool = True,
+        include_cluster_authorized_operations: bool = False,
+        include_topic_authorized_operations: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topics = list() if topics is MISSING else topics
+        self.allow_auto_topic_creation = allow_auto_topic_creation
+        self.include_cluster_authorized_operations = include_cluster_authorized_operations
+        self.include_topic_authorized_operations = include_topic_authorized_operations
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_metadata_request_topic_v0_8(self: MetadataRequestTopic, out: bytearray) -> None:

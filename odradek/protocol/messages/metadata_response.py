@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     ZERO_UUID,
@@ -37,65 +36,119 @@ _I16_I32_I32_I32 = Struct(">hiii")
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class MetadataResponseBroker:
+class MetadataResponseBroker(Fields):
     """A MetadataResponseBroker of MetadataResponse."""
 
-    node_id: int = 0
+    __slots__ = ("node_id", "host", "port", "rack", "unknown_tagged_fields",)
+
+    node_id: int
     """The broker ID. (versions 0+)"""
-    host: str = ""
+    host: str
     """The broker hostname. (versions 0+)"""
-    port: int = 0
+    port: int
     """The broker port. (versions 0+)"""
-    rack: str | None = None
+    rack: str | None
     """The rack of the broker, or null if it has not been assigned to a rack. (versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        rack: str | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class MetadataResponsePartition:
+
+class MetadataResponsePartition(Fields):
     """A MetadataResponsePartition of MetadataResponse."""
 
-    error_code: int = 0
+    __slots__ = ("error_code", "partition_index", "leader_id", "leader_epoch", "replica_nodes", "isr_nodes", "offline_replicas", "unknown_tagged_fields",)
+
+    error_code: int
     """The partition error, or 0 if there was no error. (versions 0+)"""
-    partition_index: int = 0
+    partition_index: int
     """The partition index. (versions 0+)"""
-    leader_id: int = 0
+    leader_id: int
     """The ID of the leader broker. (versions 0+)"""
-    leader_epoch: int = -1
+    leader_epoch: int
     """The leader epoch of this partition. (versions 7+)"""
-    replica_nodes: list[int] = field(default_factory=list)
+    replica_nodes: list[int]
     """The set of all nodes that host this partition. (versions 0+)"""
-    isr_nodes: list[int] = field(default_factory=list)
+    isr_nodes: list[int]
     """The set of nodes that are in sync with the leader for this partition. (versions 0+)"""
-    offline_replicas: list[int] = field(default_factory=list)
+    offline_replicas: list[int]
     """The set of offline replicas of this partition. (versions 5+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        partition_index: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = -1,
+        replica_nodes: list[int] = MISSING,
+        isr_nodes: list[int] = MISSING,
+        offline_replicas: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.partition_index = partition_index
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replica_nodes = list() if replica_nodes is MISSING else replica_nodes
+        self.isr_nodes = list() if isr_nodes is MISSING else isr_nodes
+        self.offline_replicas = list() if offline_replicas is MISSING else offline_replicas
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class MetadataResponseTopic:
+
+class MetadataResponseTopic(Fields):
     """A MetadataResponseTopic of MetadataResponse."""
 
-    error_code: int = 0
+    __slots__ = ("error_code", "name", "topic_id", "is_internal", "partitions", "topic_authorized_operations", "unknown_tagged_fields",)
+
+    error_code: int
     """The topic error, or 0 if there was no error. (versions 0+)"""
-    name: str | None = ""
+    name: str | None
     """The topic name. Null for non-existing topics queried by ID. This is never null when ErrorCode is zero. One of Name and TopicId is always populated. (versions 0+)"""
-    topic_id: UUID = ZERO_UUID
+    topic_id: UUID
     """The topic id. Zero for non-existing topics queried by name. This is never zero when ErrorCode is zero. One of Name and TopicId is always populated. (versions 10+)"""
-    is_internal: bool = False
+    is_internal: bool
     """True if the topic is internal. (versions 1+)"""
-    partitions: list[MetadataResponsePartition] = field(default_factory=list)
+    partitions: list[MetadataResponsePartition]
     """Each partition in the topic. (versions 0+)"""
-    topic_authorized_operations: int = -2147483648
+    topic_authorized_operations: int
     """32-bit bitfield to represent authorized operations for this topic. (versions 8+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        name: str | None = "",
+        topic_id: UUID = ZERO_UUID,
+        is_internal: bool = False,
+        partitions: list[MetadataResponsePartition] = MISSING,
+        topic_authorized_operations: int = -2147483648,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.name = name
+        self.topic_id = topic_id
+        self.is_internal = is_internal
+        self.partitions = list() if partitions is MISSING else partitions
+        self.topic_authorized_operations = topic_authorized_operations
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class MetadataResponse(Message):
     """MetadataResponse (api key 3): versions 0-12, flexible 9-12."""
 
@@ -105,20 +158,40 @@ class MetadataResponse(Message):
     MAX_VERSION: ClassVar[int] = 12
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 9
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "brokers", "cluster_id", "controller_id", "topics", "cluster_authorized_operations", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 3+)"""
-    brokers: list[MetadataResponseBroker] = field(default_factory=list)
+    brokers: list[MetadataResponseBroker]
     """A list of brokers present in the cluster. (versions 0+)"""
-    cluster_id: str | None = None
+    cluster_id: str | None
     """The cluster ID that responding broker belongs to. (versions 2+)"""
-    controller_id: int = -1
+    controller_id: int
     """The ID of the controller broker. (versions 1+)"""
-    topics: list[MetadataResponseTopic] = field(default_factory=list)
+    topics: list[MetadataResponseTopic]
     """Each topic in the response. (versions 0+)"""
-    cluster_authorized_operations: int = -2147483648
+    cluster_authorized_operations: int
     """32-bit bitfield to represent authorized operations for this cluster. (versions 8-10)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        brokers: list[MetadataResponseBroker] = MISSING,
+        cluster_id: str | None = None,
+        controller_id: int = -1,
+        topics: list[MetadataResponseTopic] = MISSING,
+        cluster_authorized_operations: int = -2147483648,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.brokers = list() if brokers is MISSING else brokers
+        self.cluster_id = cluster_id
+        self.controller_id = controller_id
+        self.topics = list() if topics is MISSING else topics
+        self.cluster_authorized_operations = cluster_authorized_operations
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_metadata_response_broker_v0(self: MetadataResponseBroker, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -17,7 +16,6 @@ from odradek.protocol.primitives import (
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
 class OffsetCommitKey(Message):
     """OffsetCommitKey: versions 0-1."""
 
@@ -26,14 +24,28 @@ class OffsetCommitKey(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = None
 
-    group: str = ""
+    __slots__ = ("group", "topic", "partition", "unknown_tagged_fields",)
+
+    group: str
     """(versions 0-1)"""
-    topic: str = ""
+    topic: str
     """(versions 0-1)"""
-    partition: int = 0
+    partition: int
     """(versions 0-1)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        group: str = "",
+        topic: str = "",
+        partition: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group = group
+        self.topic = topic
+        self.partition = partition
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_offset_commit_key_v0_1(self: OffsetCommitKey, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -34,37 +33,64 @@ _I32_I64_I64 = Struct(">iqq")
 _I64 = Struct(">q")
 
 
-@dataclass(slots=True)
-class OffsetCommitRequestPartition:
+class OffsetCommitRequestPartition(Fields):
     """A OffsetCommitRequestPartition of OffsetCommitRequest."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "committed_offset", "committed_leader_epoch", "commit_timestamp", "committed_metadata", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    committed_offset: int = 0
+    committed_offset: int
     """The message offset to be committed. (versions 0+)"""
-    committed_leader_epoch: int = -1
+    committed_leader_epoch: int
     """The leader epoch of this partition. (versions 6+)"""
-    commit_timestamp: int = -1
+    commit_timestamp: int
     """The timestamp of the commit. (versions 1)"""
-    committed_metadata: str | None = ""
+    committed_metadata: str | None
     """Any associated metadata the client wants to keep. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        committed_offset: int = 0,
+        committed_leader_epoch: int = -1,
+        commit_timestamp: int = -1,
+        committed_metadata: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.commit_timestamp = commit_timestamp
+        self.committed_metadata = committed_metadata
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class OffsetCommitRequestTopic:
+
+class OffsetCommitRequestTopic(Fields):
     """A OffsetCommitRequestTopic of OffsetCommitRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    partitions: list[OffsetCommitRequestPartition] = field(default_factory=list)
+    partitions: list[OffsetCommitRequestPartition]
     """Each partition to commit offsets for. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[OffsetCommitRequestPartition] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class OffsetCommitRequest(Message):
     """OffsetCommitRequest (api key 8): versions 0-9, deprecated 0-1, flexible 8-9."""
 
@@ -74,20 +100,40 @@ class OffsetCommitRequest(Message):
     MAX_VERSION: ClassVar[int] = 9
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 8
 
-    group_id: str = ""
+    __slots__ = ("group_id", "generation_id_or_member_epoch", "member_id", "group_instance_id", "retention_time_ms", "topics", "unknown_tagged_fields",)
+
+    group_id: str
     """The unique group identifier. (versions 0+)"""
-    generation_id_or_member_epoch: int = -1
+    generation_id_or_member_epoch: int
     """The generation of the group if using the classic group protocol or the member epoch if using the consumer protocol. (versions 1+)"""
-    member_id: str = ""
+    member_id: str
     """The member ID assigned by the group coordinator. (versions 1+)"""
-    group_instance_id: str | None = None
+    group_instance_id: str | None
     """The unique identifier of the consumer instance provided by end user. (versions 7+)"""
-    retention_time_ms: int = -1
+    retention_time_ms: int
     """The time period in ms to retain the offset. (versions 2-4)"""
-    topics: list[OffsetCommitRequestTopic] = field(default_factory=list)
+    topics: list[OffsetCommitRequestTopic]
     """The topics to commit offsets for. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        group_id: str = "",
+        generation_id_or_member_epoch: int = -1,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        retention_time_ms: int = -1,
+        topics: list[OffsetCommitRequestTopic] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.generation_id_or_member_epoch = generation_id_or_member_epoch
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.retention_time_ms = retention_time_ms
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_offset_commit_request_partition_v0_v2_5(self: OffsetCommitRequestPartition, out: bytearray) -> None:

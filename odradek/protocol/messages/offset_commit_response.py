@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -26,31 +25,52 @@ _I32 = Struct(">i")
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class OffsetCommitResponsePartition:
+class OffsetCommitResponsePartition(Fields):
     """A OffsetCommitResponsePartition of OffsetCommitResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "error_code", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class OffsetCommitResponseTopic:
+
+class OffsetCommitResponseTopic(Fields):
     """A OffsetCommitResponseTopic of OffsetCommitResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    partitions: list[OffsetCommitResponsePartition] = field(default_factory=list)
+    partitions: list[OffsetCommitResponsePartition]
     """The responses for each partition in the topic. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[OffsetCommitResponsePartition] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class OffsetCommitResponse(Message):
     """OffsetCommitResponse (api key 8): versions 0-9, flexible 8-9."""
 
@@ -60,12 +80,24 @@ class OffsetCommitResponse(Message):
     MAX_VERSION: ClassVar[int] = 9
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 8
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "topics", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 3+)"""
-    topics: list[OffsetCommitResponseTopic] = field(default_factory=list)
+    topics: list[OffsetCommitResponseTopic]
     """The responses for each topic. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[OffsetCommitResponseTopic] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_offset_commit_response_partition_v0_7(self: OffsetCommitResponsePartition, out: bytearray) -> None:

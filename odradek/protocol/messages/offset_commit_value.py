@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -23,7 +22,6 @@ _I64_I32 = Struct(">qi")
 _I64_I64 = Struct(">qq")
 
 
-@dataclass(slots=True)
 class OffsetCommitValue(Message):
     """OffsetCommitValue: versions 0-4, flexible 4."""
 
@@ -32,18 +30,36 @@ class OffsetCommitValue(Message):
     MAX_VERSION: ClassVar[int] = 4
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 4
 
-    offset: int = 0
+    __slots__ = ("offset", "leader_epoch", "metadata", "commit_timestamp", "expire_timestamp", "unknown_tagged_fields",)
+
+    offset: int
     """(versions 0+)"""
-    leader_epoch: int = -1
+    leader_epoch: int
     """(versions 3+)"""
-    metadata: str = ""
+    metadata: str
     """(versions 0+)"""
-    commit_timestamp: int = 0
+    commit_timestamp: int
     """(versions 0+)"""
-    expire_timestamp: int = -1
+    expire_timestamp: int
     """(versions 1)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        offset: int = 0,
+        leader_epoch: int = -1,
+        metadata: str = "",
+        commit_timestamp: int = 0,
+        expire_timestamp: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.offset = offset
+        self.leader_epoch = leader_epoch
+        self.metadata = metadata
+        self.commit_timestamp = commit_timestamp
+        self.expire_timestamp = expire_timestamp
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_offset_commit_value_v0_v2(self: OffsetCommitValue, out: bytearray) -> None:

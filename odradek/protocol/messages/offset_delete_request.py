@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -19,29 +18,48 @@ from odradek.protocol.primitives import (
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class OffsetDeleteRequestPartition:
+class OffsetDeleteRequestPartition(Fields):
     """A OffsetDeleteRequestPartition of OffsetDeleteRequest."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class OffsetDeleteRequestTopic:
+
+class OffsetDeleteRequestTopic(Fields):
     """A OffsetDeleteRequestTopic of OffsetDeleteRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    partitions: list[OffsetDeleteRequestPartition] = field(default_factory=list)
+    partitions: list[OffsetDeleteRequestPartition]
     """Each partition to delete offsets for. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[OffsetDeleteRequestPartition] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class OffsetDeleteRequest(Message):
     """OffsetDeleteRequest (api key 47): versions 0."""
 
@@ -51,12 +69,24 @@ class OffsetDeleteRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = None
 
-    group_id: str = ""
+    __slots__ = ("group_id", "topics", "unknown_tagged_fields",)
+
+    group_id: str
     """The unique group identifier. (versions 0+)"""
-    topics: list[OffsetDeleteRequestTopic] = field(default_factory=list)
+    topics: list[OffsetDeleteRequestTopic]
     """The topics to delete offsets for (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        group_id: str = "",
+        topics: list[OffsetDeleteRequestTopic] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_offset_delete_request_partition_v0(self: OffsetDeleteRequestPartition, out: bytearray) -> None:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -20,31 +19,52 @@ _I16_I32 = Struct(">hi")
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class OffsetDeleteResponsePartition:
+class OffsetDeleteResponsePartition(Fields):
     """A OffsetDeleteResponsePartition of OffsetDeleteResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "error_code", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class OffsetDeleteResponseTopic:
+
+class OffsetDeleteResponseTopic(Fields):
     """A OffsetDeleteResponseTopic of OffsetDeleteResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    partitions: list[OffsetDeleteResponsePartition] = field(default_factory=list)
+    partitions: list[OffsetDeleteResponsePartition]
     """The responses for each partition in the topic. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[OffsetDeleteResponsePartition] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class OffsetDeleteResponse(Message):
     """OffsetDeleteResponse (api key 47): versions 0."""
 
@@ -54,14 +74,28 @@ class OffsetDeleteResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = None
 
-    error_code: int = 0
+    __slots__ = ("error_code", "throttle_time_ms", "topics", "unknown_tagged_fields",)
+
+    error_code: int
     """The top-level error code, or 0 if there was no error. (versions 0+)"""
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    topics: list[OffsetDeleteResponseTopic] = field(default_factory=list)
+    topics: list[OffsetDeleteResponseTopic]
     """The responses for each topic. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        throttle_time_ms: int = 0,
+        topics: list[OffsetDeleteResponseTopic] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_offset_delete_response_partition_v0(self: OffsetDeleteResponsePartition, out: bytearray) -> None:

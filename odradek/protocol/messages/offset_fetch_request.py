@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     NULL_INT32,
@@ -30,47 +29,83 @@ _BOOL = Struct(">?")
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class OffsetFetchRequestTopic:
+class OffsetFetchRequestTopic(Fields):
     """A OffsetFetchRequestTopic of OffsetFetchRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "partition_indexes", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0-7)"""
-    partition_indexes: list[int] = field(default_factory=list)
+    partition_indexes: list[int]
     """The partition indexes we would like to fetch offsets for. (versions 0-7)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partition_indexes: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partition_indexes = list() if partition_indexes is MISSING else partition_indexes
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class OffsetFetchRequestTopics:
+
+class OffsetFetchRequestTopics(Fields):
     """A OffsetFetchRequestTopics of OffsetFetchRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "partition_indexes", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 8+)"""
-    partition_indexes: list[int] = field(default_factory=list)
+    partition_indexes: list[int]
     """The partition indexes we would like to fetch offsets for. (versions 8+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partition_indexes: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partition_indexes = list() if partition_indexes is MISSING else partition_indexes
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class OffsetFetchRequestGroup:
+
+class OffsetFetchRequestGroup(Fields):
     """A OffsetFetchRequestGroup of OffsetFetchRequest."""
 
-    group_id: str = ""
+    __slots__ = ("group_id", "member_id", "member_epoch", "topics", "unknown_tagged_fields",)
+
+    group_id: str
     """The group ID. (versions 8+)"""
-    member_id: str | None = None
+    member_id: str | None
     """The member ID assigned by the group coordinator if using the new consumer protocol (KIP-848). (versions 9+)"""
-    member_epoch: int = -1
+    member_epoch: int
     """The member epoch if using the new consumer protocol (KIP-848). (versions 9+)"""
-    topics: list[OffsetFetchRequestTopics] | None = field(default_factory=list)
+    topics: list[OffsetFetchRequestTopics] | None
     """Each topic we would like to fetch offsets for, or null to fetch offsets for all topics. (versions 8+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        group_id: str = "",
+        member_id: str | None = None,
+        member_epoch: int = -1,
+        topics: list[OffsetFetchRequestTopics] | None = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class OffsetFetchRequest(Message):
     """OffsetFetchRequest (api key 9): versions 0-9, deprecated 0, flexible 6-9."""
 
@@ -80,16 +115,32 @@ class OffsetFetchRequest(Message):
     MAX_VERSION: ClassVar[int] = 9
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 6
 
-    group_id: str = ""
+    __slots__ = ("group_id", "topics", "groups", "require_stable", "unknown_tagged_fields",)
+
+    group_id: str
     """The group to fetch offsets for. (versions 0-7)"""
-    topics: list[OffsetFetchRequestTopic] | None = field(default_factory=list)
+    topics: list[OffsetFetchRequestTopic] | None
     """Each topic we would like to fetch offsets for, or null to fetch offsets for all topics. (versions 0-7)"""
-    groups: list[OffsetFetchRequestGroup] = field(default_factory=list)
+    groups: list[OffsetFetchRequestGroup]
     """Each group we would like to fetch offsets for (versions 8+)"""
-    require_stable: bool = False
+    require_stable: bool
     """Whether broker should hold on returning unstable offsets but set a retriable error code for the partitions. (versions 7+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        group_id: str = "",
+        topics: list[OffsetFetchRequestTopic] | None = MISSING,
+        groups: list[OffsetFetchRequestGroup] = MISSING,
+        require_stable: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = list() if topics is MISSING else topics
+        self.groups = list() if groups is MISSING else groups
+        self.require_stable = require_stable
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_offset_fetch_request_topic_v0_5(self: OffsetFetchRequestTopic, out: bytearray) -> None:
@@ -208,7 +259,7 @@ def _encode_offset_fetch_request_v0_1(self: OffsetFetchRequest, out: bytearray) 
     out += INT32.pack(len(self.topics))
     for topics_item in self.topics:
         _encode_offset_fetch_request_topic_v0_5(topics_item, out)
-    if self.groups:
+    if self.groups != list():
         raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     if self.require_stable:
         raise EncodeError("require_stable exists only in versions 7+ and is not ignorable")
@@ -232,7 +283,7 @@ def _encode_offset_fetch_request_v2_5(self: OffsetFetchRequest, out: bytearray) 
         out += INT32.pack(len(self.topics))
         for topics_item in self.topics:
             _encode_offset_fetch_request_topic_v0_5(topics_item, out)
-    if self.groups:
+    if self.groups != list():
         raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     if self.require_stable:
         raise EncodeError("require_stable exists only in versions 7+ and is not ignorable")
@@ -258,7 +309,7 @@ def _encode_offset_fetch_request_v6(self: OffsetFetchRequest, out: bytearray) ->
         write_uvarint(out, len(self.topics) + 1)
         for topics_item in self.topics:
             _encode_offset_fetch_request_topic_v6_7(topics_item, out)
-    if self.groups:
+    if self.groups != list():
         raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     if self.require_stable:
         raise EncodeError("require_stable exists only in versions 7+ and is not ignorable")
@@ -289,7 +340,7 @@ def _encode_offset_fetch_request_v7(self: OffsetFetchRequest, out: bytearray) ->
         write_uvarint(out, len(self.topics) + 1)
         for topics_item in self.topics:
             _encode_offset_fetch_request_topic_v6_7(topics_item, out)
-    if self.groups:
+    if self.groups != list():
         raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     out += _BOOL.pack(self.require_stable)
     if self.unknown_tagged_fields:
@@ -316,7 +367,7 @@ def _decode_offset_fetch_request_v7(buf: Buffer, pos: int) -> tuple[OffsetFetchR
 def _encode_offset_fetch_request_v8(self: OffsetFetchRequest, out: bytearray) -> None:
     if self.group_id:
         raise EncodeError("group_id exists only in versions 0-7 and is not ignorable")
-    if self.topics:
+    if self.topics != list():
         raise EncodeError("topics exists only in versions 0-7 and is not ignorable")
     write_uvarint(out, len(self.groups) + 1)
     for groups_item in self.groups:
@@ -343,7 +394,7 @@ def _decode_offset_fetch_request_v8(buf: Buffer, pos: int) -> tuple[OffsetFetchR
 def _encode_offset_fetch_request_v9(self: OffsetFetchRequest, out: bytearray) -> None:
     if self.group_id:
         raise EncodeError("group_id exists only in versions 0-7 and is not ignorable")
-    if self.topics:
+    if self.topics != list():
         raise EncodeError("topics exists only in versions 0-7 and is not ignorable")
     write_uvarint(out, len(self.groups) + 1)
     for groups_item in self.groups:

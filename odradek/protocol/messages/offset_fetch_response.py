@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -33,81 +32,149 @@ _I32_I64 = Struct(">iq")
 _I32_I64_I32 = Struct(">iqi")
 
 
-@dataclass(slots=True)
-class OffsetFetchResponsePartition:
+class OffsetFetchResponsePartition(Fields):
     """A OffsetFetchResponsePartition of OffsetFetchResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "committed_offset", "committed_leader_epoch", "metadata", "error_code", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0-7)"""
-    committed_offset: int = 0
+    committed_offset: int
     """The committed message offset. (versions 0-7)"""
-    committed_leader_epoch: int = -1
+    committed_leader_epoch: int
     """The leader epoch. (versions 5-7)"""
-    metadata: str | None = ""
+    metadata: str | None
     """The partition metadata. (versions 0-7)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0-7)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        committed_offset: int = 0,
+        committed_leader_epoch: int = -1,
+        metadata: str | None = "",
+        error_code: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.metadata = metadata
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class OffsetFetchResponseTopic:
+
+class OffsetFetchResponseTopic(Fields):
     """A OffsetFetchResponseTopic of OffsetFetchResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0-7)"""
-    partitions: list[OffsetFetchResponsePartition] = field(default_factory=list)
+    partitions: list[OffsetFetchResponsePartition]
     """The responses per partition (versions 0-7)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[OffsetFetchResponsePartition] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class OffsetFetchResponsePartitions:
+
+class OffsetFetchResponsePartitions(Fields):
     """A OffsetFetchResponsePartitions of OffsetFetchResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "committed_offset", "committed_leader_epoch", "metadata", "error_code", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 8+)"""
-    committed_offset: int = 0
+    committed_offset: int
     """The committed message offset. (versions 8+)"""
-    committed_leader_epoch: int = -1
+    committed_leader_epoch: int
     """The leader epoch. (versions 8+)"""
-    metadata: str | None = ""
+    metadata: str | None
     """The partition metadata. (versions 8+)"""
-    error_code: int = 0
+    error_code: int
     """The partition-level error code, or 0 if there was no error. (versions 8+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        committed_offset: int = 0,
+        committed_leader_epoch: int = -1,
+        metadata: str | None = "",
+        error_code: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.metadata = metadata
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class OffsetFetchResponseTopics:
+
+class OffsetFetchResponseTopics(Fields):
     """A OffsetFetchResponseTopics of OffsetFetchResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 8+)"""
-    partitions: list[OffsetFetchResponsePartitions] = field(default_factory=list)
+    partitions: list[OffsetFetchResponsePartitions]
     """The responses per partition (versions 8+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[OffsetFetchResponsePartitions] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class OffsetFetchResponseGroup:
+
+class OffsetFetchResponseGroup(Fields):
     """A OffsetFetchResponseGroup of OffsetFetchResponse."""
 
-    group_id: str = ""
+    __slots__ = ("group_id", "topics", "error_code", "unknown_tagged_fields",)
+
+    group_id: str
     """The group ID. (versions 8+)"""
-    topics: list[OffsetFetchResponseTopics] = field(default_factory=list)
+    topics: list[OffsetFetchResponseTopics]
     """The responses per topic. (versions 8+)"""
-    error_code: int = 0
+    error_code: int
     """The group-level error code, or 0 if there was no error. (versions 8+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        group_id: str = "",
+        topics: list[OffsetFetchResponseTopics] = MISSING,
+        error_code: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = list() if topics is MISSING else topics
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class OffsetFetchResponse(Message):
     """OffsetFetchResponse (api key 9): versions 0-9, flexible 6-9."""
 
@@ -117,16 +184,32 @@ class OffsetFetchResponse(Message):
     MAX_VERSION: ClassVar[int] = 9
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 6
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "topics", "error_code", "groups", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 3+)"""
-    topics: list[OffsetFetchResponseTopic] = field(default_factory=list)
+    topics: list[OffsetFetchResponseTopic]
     """The responses per topic. (versions 0-7)"""
-    error_code: int = 0
+    error_code: int
     """The top-level error code, or 0 if there was no error. (versions 2-7)"""
-    groups: list[OffsetFetchResponseGroup] = field(default_factory=list)
+    groups: list[OffsetFetchResponseGroup]
     """The responses per group id. (versions 8+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[OffsetFetchResponseTopic] = MISSING,
+        error_code: int = 0,
+        groups: list[OffsetFetchResponseGroup] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = list() if topics is MISSING else topics
+        self.error_code = error_code
+        self.groups = list() if groups is MISSING else groups
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_offset_fetch_response_partition_v0_4(self: OffsetFetchResponsePartition, out: bytearray) -> None:
@@ -306,7 +389,7 @@ def _encode_offset_fetch_response_v0_1(self: OffsetFetchResponse, out: bytearray
     out += INT32.pack(len(self.topics))
     for topics_item in self.topics:
         _encode_offset_fetch_response_topic_v0_4(topics_item, out)
-    if self.groups:
+    if self.groups != list():
         raise EncodeError("groups exists only in versions 8+ and is not ignorable")
 
 
@@ -323,7 +406,7 @@ def _encode_offset_fetch_response_v2(self: OffsetFetchResponse, out: bytearray) 
     out += INT32.pack(len(self.topics))
     for topics_item in self.topics:
         _encode_offset_fetch_response_topic_v0_4(topics_item, out)
-    if self.groups:
+    if self.groups != list():
         raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     out += _I16.pack(self.error_code)
 
@@ -344,7 +427,7 @@ def _encode_offset_fetch_response_v3_4(self: OffsetFetchResponse, out: bytearray
     out += INT32.pack(len(self.topics))
     for topics_item in self.topics:
         _encode_offset_fetch_response_topic_v0_4(topics_item, out)
-    if self.groups:
+    if self.groups != list():
         raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     out += _I16.pack(self.error_code)
 
@@ -367,7 +450,7 @@ def _encode_offset_fetch_response_v5(self: OffsetFetchResponse, out: bytearray) 
     out += INT32.pack(len(self.topics))
     for topics_item in self.topics:
         _encode_offset_fetch_response_topic_v5(topics_item, out)
-    if self.groups:
+    if self.groups != list():
         raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     out += _I16.pack(self.error_code)
 
@@ -390,7 +473,7 @@ def _encode_offset_fetch_response_v6_7(self: OffsetFetchResponse, out: bytearray
     write_uvarint(out, len(self.topics) + 1)
     for topics_item in self.topics:
         _encode_offset_fetch_response_topic_v6_7(topics_item, out)
-    if self.groups:
+    if self.groups != list():
         raise EncodeError("groups exists only in versions 8+ and is not ignorable")
     out += _I16.pack(self.error_code)
     if self.unknown_tagged_fields:
@@ -414,7 +497,7 @@ def _decode_offset_fetch_response_v6_7(buf: Buffer, pos: int) -> tuple[OffsetFet
 
 
 def _encode_offset_fetch_response_v8_9(self: OffsetFetchResponse, out: bytearray) -> None:
-    if self.topics:
+    if self.topics != list():
         raise EncodeError("topics exists only in versions 0-7 and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     write_uvarint(out, len(self.groups) + 1)

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -27,33 +26,56 @@ _I32_I32 = Struct(">ii")
 _I32_I32_I32 = Struct(">iii")
 
 
-@dataclass(slots=True)
-class OffsetForLeaderPartition:
+class OffsetForLeaderPartition(Fields):
     """A OffsetForLeaderPartition of OffsetForLeaderEpochRequest."""
 
-    partition: int = 0
+    __slots__ = ("partition", "current_leader_epoch", "leader_epoch", "unknown_tagged_fields",)
+
+    partition: int
     """The partition index. (versions 0+)"""
-    current_leader_epoch: int = -1
+    current_leader_epoch: int
     """An epoch used to fence consumers/replicas with old metadata. If the epoch provided by the client is larger than the current epoch known to the broker, then the UNKNOWN_LEADER_EPOCH error code will be returned. If the provided epoch is smaller, then the FENCED_LEADER_EPOCH error code will be returned. (versions 2+)"""
-    leader_epoch: int = 0
+    leader_epoch: int
     """The epoch to look up an offset for. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition: int = 0,
+        current_leader_epoch: int = -1,
+        leader_epoch: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition = partition
+        self.current_leader_epoch = current_leader_epoch
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class OffsetForLeaderTopic:
+
+class OffsetForLeaderTopic(Fields):
     """A OffsetForLeaderTopic of OffsetForLeaderEpochRequest."""
 
-    topic: str = ""
+    __slots__ = ("topic", "partitions", "unknown_tagged_fields",)
+
+    topic: str
     """The topic name. (versions 0+)"""
-    partitions: list[OffsetForLeaderPartition] = field(default_factory=list)
+    partitions: list[OffsetForLeaderPartition]
     """Each partition to get offsets for. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic: str = "",
+        partitions: list[OffsetForLeaderPartition] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class OffsetForLeaderEpochRequest(Message):
     """OffsetForLeaderEpochRequest (api key 23): versions 0-4, deprecated 0-1, flexible 4."""
 
@@ -63,12 +85,24 @@ class OffsetForLeaderEpochRequest(Message):
     MAX_VERSION: ClassVar[int] = 4
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 4
 
-    replica_id: int = -2
+    __slots__ = ("replica_id", "topics", "unknown_tagged_fields",)
+
+    replica_id: int
     """The broker ID of the follower, of -1 if this request is from a consumer. (versions 3+)"""
-    topics: list[OffsetForLeaderTopic] = field(default_factory=list)
+    topics: list[OffsetForLeaderTopic]
     """Each topic to get offsets for. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        replica_id: int = -2,
+        topics: list[OffsetForLeaderTopic] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.replica_id = replica_id
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_offset_for_leader_partition_v0_1(self: OffsetForLeaderPartition, out: bytearray) -> None:

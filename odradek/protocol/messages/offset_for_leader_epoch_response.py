@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -27,35 +26,60 @@ _I16_I32_I64 = Struct(">hiq")
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class EpochEndOffset:
+class EpochEndOffset(Fields):
     """A EpochEndOffset of OffsetForLeaderEpochResponse."""
 
-    error_code: int = 0
+    __slots__ = ("error_code", "partition", "leader_epoch", "end_offset", "unknown_tagged_fields",)
+
+    error_code: int
     """The error code 0, or if there was no error. (versions 0+)"""
-    partition: int = 0
+    partition: int
     """The partition index. (versions 0+)"""
-    leader_epoch: int = -1
+    leader_epoch: int
     """The leader epoch of the partition. (versions 1+)"""
-    end_offset: int = -1
+    end_offset: int
     """The end offset of the epoch. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        error_code: int = 0,
+        partition: int = 0,
+        leader_epoch: int = -1,
+        end_offset: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.partition = partition
+        self.leader_epoch = leader_epoch
+        self.end_offset = end_offset
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class OffsetForLeaderTopicResult:
+
+class OffsetForLeaderTopicResult(Fields):
     """A OffsetForLeaderTopicResult of OffsetForLeaderEpochResponse."""
 
-    topic: str = ""
+    __slots__ = ("topic", "partitions", "unknown_tagged_fields",)
+
+    topic: str
     """The topic name. (versions 0+)"""
-    partitions: list[EpochEndOffset] = field(default_factory=list)
+    partitions: list[EpochEndOffset]
     """Each partition in the topic we fetched offsets for. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic: str = "",
+        partitions: list[EpochEndOffset] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class OffsetForLeaderEpochResponse(Message):
     """OffsetForLeaderEpochResponse (api key 23): versions 0-4, flexible 4."""
 
@@ -65,12 +89,24 @@ class OffsetForLeaderEpochResponse(Message):
     MAX_VERSION: ClassVar[int] = 4
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 4
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "topics", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 2+)"""
-    topics: list[OffsetForLeaderTopicResult] = field(default_factory=list)
+    topics: list[OffsetForLeaderTopicResult]
     """Each topic we fetched offsets for. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[OffsetForLeaderTopicResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_epoch_end_offset_v0(self: EpochEndOffset, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -35,31 +34,52 @@ _I16_I32 = Struct(">hi")
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class PartitionProduceData:
+class PartitionProduceData(Fields):
     """A PartitionProduceData of ProduceRequest."""
 
-    index: int = 0
+    __slots__ = ("index", "records", "unknown_tagged_fields",)
+
+    index: int
     """The partition index. (versions 0+)"""
-    records: Buffer | None = None
+    records: Buffer | None
     """The record data to be produced. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        index: int = 0,
+        records: Buffer | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.index = index
+        self.records = records
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class TopicProduceData:
+
+class TopicProduceData(Fields):
     """A TopicProduceData of ProduceRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "partition_data", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    partition_data: list[PartitionProduceData] = field(default_factory=list)
+    partition_data: list[PartitionProduceData]
     """Each partition to produce to. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partition_data: list[PartitionProduceData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partition_data = list() if partition_data is MISSING else partition_data
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ProduceRequest(Message):
     """ProduceRequest (api key 0): versions 0-11, deprecated 0-6, flexible 9-11."""
 
@@ -69,16 +89,32 @@ class ProduceRequest(Message):
     MAX_VERSION: ClassVar[int] = 11
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 9
 
-    transactional_id: str | None = None
+    __slots__ = ("transactional_id", "acks", "timeout_ms", "topic_data", "unknown_tagged_fields",)
+
+    transactional_id: str | None
     """The transactional ID, or null if the producer is not transactional. (versions 3+)"""
-    acks: int = 0
+    acks: int
     """The number of acknowledgments the producer requires the leader to have received before considering a request complete. Allowed values: 0 for no acknowledgments, 1 for only the leader and -1 for the full ISR. (versions 0+)"""
-    timeout_ms: int = 0
+    timeout_ms: int
     """The timeout to await a response in milliseconds. (versions 0+)"""
-    topic_data: list[TopicProduceData] = field(default_factory=list)
+    topic_data: list[TopicProduceData]
     """Each topic to produce to. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        transactional_id: str | None = None,
+        acks: int = 0,
+        timeout_ms: int = 0,
+        topic_data: list[TopicProduceData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.acks = acks
+        self.timeout_ms = timeout_ms
+        self.topic_data = list() if topic_data is MISSING else topic_data
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_partition_produce_data_v0_8(self: PartitionProduceData, out: bytearray) -> None:

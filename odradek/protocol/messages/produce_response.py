@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -37,83 +36,153 @@ _I32_I16_I64_I64_I64 = Struct(">ihqqq")
 _I32_I32 = Struct(">ii")
 
 
-@dataclass(slots=True)
-class BatchIndexAndErrorMessage:
+class BatchIndexAndErrorMessage(Fields):
     """A BatchIndexAndErrorMessage of ProduceResponse."""
 
-    batch_index: int = 0
+    __slots__ = ("batch_index", "batch_index_error_message", "unknown_tagged_fields",)
+
+    batch_index: int
     """The batch index of the record that cause the batch to be dropped (versions 8+)"""
-    batch_index_error_message: str | None = None
+    batch_index_error_message: str | None
     """The error message of the record that caused the batch to be dropped (versions 8+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        batch_index: int = 0,
+        batch_index_error_message: str | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.batch_index = batch_index
+        self.batch_index_error_message = batch_index_error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class LeaderIdAndEpoch:
+
+class LeaderIdAndEpoch(Fields):
     """A LeaderIdAndEpoch of ProduceResponse."""
 
-    leader_id: int = -1
+    __slots__ = ("leader_id", "leader_epoch", "unknown_tagged_fields",)
+
+    leader_id: int
     """The ID of the current leader or -1 if the leader is unknown. (versions 10+)"""
-    leader_epoch: int = -1
+    leader_epoch: int
     """The latest known leader epoch (versions 10+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        leader_id: int = -1,
+        leader_epoch: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class PartitionProduceResponse:
+
+class PartitionProduceResponse(Fields):
     """A PartitionProduceResponse of ProduceResponse."""
 
-    index: int = 0
+    __slots__ = ("index", "error_code", "base_offset", "log_append_time_ms", "log_start_offset", "record_errors", "error_message", "current_leader", "unknown_tagged_fields",)
+
+    index: int
     """The partition index. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    base_offset: int = 0
+    base_offset: int
     """The base offset. (versions 0+)"""
-    log_append_time_ms: int = -1
+    log_append_time_ms: int
     """The timestamp returned by broker after appending the messages. If CreateTime is used for the topic, the timestamp will be -1.  If LogAppendTime is used for the topic, the timestamp will be the broker local time when the messages are appended. (versions 2+)"""
-    log_start_offset: int = -1
+    log_start_offset: int
     """The log start offset. (versions 5+)"""
-    record_errors: list[BatchIndexAndErrorMessage] = field(default_factory=list)
+    record_errors: list[BatchIndexAndErrorMessage]
     """The batch indices of records that caused the batch to be dropped (versions 8+)"""
-    error_message: str | None = None
+    error_message: str | None
     """The global error message summarizing the common root cause of the records that caused the batch to be dropped (versions 8+)"""
-    current_leader: LeaderIdAndEpoch = field(default_factory=LeaderIdAndEpoch)
+    current_leader: LeaderIdAndEpoch
     """(versions 10+, tag 0)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        index: int = 0,
+        error_code: int = 0,
+        base_offset: int = 0,
+        log_append_time_ms: int = -1,
+        log_start_offset: int = -1,
+        record_errors: list[BatchIndexAndErrorMessage] = MISSING,
+        error_message: str | None = None,
+        current_leader: LeaderIdAndEpoch = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.index = index
+        self.error_code = error_code
+        self.base_offset = base_offset
+        self.log_append_time_ms = log_append_time_ms
+        self.log_start_offset = log_start_offset
+        self.record_errors = list() if record_errors is MISSING else record_errors
+        self.error_message = error_message
+        self.current_leader = LeaderIdAndEpoch() if current_leader is MISSING else current_leader
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class TopicProduceResponse:
+
+class TopicProduceResponse(Fields):
     """A TopicProduceResponse of ProduceResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "partition_responses", "unknown_tagged_fields",)
+
+    name: str
     """The topic name (versions 0+)"""
-    partition_responses: list[PartitionProduceResponse] = field(default_factory=list)
+    partition_responses: list[PartitionProduceResponse]
     """Each partition that we produced to within the topic. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partition_responses: list[PartitionProduceResponse] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partition_responses = list() if partition_responses is MISSING else partition_responses
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class NodeEndpoint:
+
+class NodeEndpoint(Fields):
     """A NodeEndpoint of ProduceResponse."""
 
-    node_id: int = 0
+    __slots__ = ("node_id", "host", "port", "rack", "unknown_tagged_fields",)
+
+    node_id: int
     """The ID of the associated node. (versions 10+)"""
-    host: str = ""
+    host: str
     """The node's hostname. (versions 10+)"""
-    port: int = 0
+    port: int
     """The node's port. (versions 10+)"""
-    rack: str | None = None
+    rack: str | None
     """The rack of the node, or null if it has not been assigned to a rack. (versions 10+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        rack: str | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ProduceResponse(Message):
     """ProduceResponse (api key 0): versions 0-11, flexible 9-11."""
 
@@ -123,14 +192,28 @@ class ProduceResponse(Message):
     MAX_VERSION: ClassVar[int] = 11
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 9
 
-    responses: list[TopicProduceResponse] = field(default_factory=list)
+    __slots__ = ("responses", "throttle_time_ms", "node_endpoints", "unknown_tagged_fields",)
+
+    responses: list[TopicProduceResponse]
     """Each produce response (versions 0+)"""
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 1+)"""
-    node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+    node_endpoints: list[NodeEndpoint]
     """Endpoints for all current-leaders enumerated in PartitionProduceResponses, with errors NOT_LEADER_OR_FOLLOWER. (versions 10+, tag 0)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        responses: list[TopicProduceResponse] = MISSING,
+        throttle_time_ms: int = 0,
+        node_endpoints: list[NodeEndpoint] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.responses = list() if responses is MISSING else responses
+        self.throttle_time_ms = throttle_time_ms
+        self.node_endpoints = list() if node_endpoints is MISSING else node_endpoints
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_batch_index_and_error_message_v8(self: BatchIndexAndErrorMessage, out: bytearray) -> None:
@@ -439,7 +522,7 @@ def _encode_produce_response_v0(self: ProduceResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
     for responses_item in self.responses:
         _encode_topic_produce_response_v0_1(responses_item, out)
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         raise EncodeError("node_endpoints exists only in versions 10+ and is not ignorable")
 
 
@@ -456,7 +539,7 @@ def _encode_produce_response_v1(self: ProduceResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
     for responses_item in self.responses:
         _encode_topic_produce_response_v0_1(responses_item, out)
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         raise EncodeError("node_endpoints exists only in versions 10+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
 
@@ -476,7 +559,7 @@ def _encode_produce_response_v2_4(self: ProduceResponse, out: bytearray) -> None
     out += INT32.pack(len(self.responses))
     for responses_item in self.responses:
         _encode_topic_produce_response_v2_4(responses_item, out)
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         raise EncodeError("node_endpoints exists only in versions 10+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
 
@@ -496,7 +579,7 @@ def _encode_produce_response_v5_7(self: ProduceResponse, out: bytearray) -> None
     out += INT32.pack(len(self.responses))
     for responses_item in self.responses:
         _encode_topic_produce_response_v5_7(responses_item, out)
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         raise EncodeError("node_endpoints exists only in versions 10+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
 
@@ -516,7 +599,7 @@ def _encode_produce_response_v8(self: ProduceResponse, out: bytearray) -> None:
     out += INT32.pack(len(self.responses))
     for responses_item in self.responses:
         _encode_topic_produce_response_v8(responses_item, out)
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         raise EncodeError("node_endpoints exists only in versions 10+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
 
@@ -536,7 +619,7 @@ def _encode_produce_response_v9(self: ProduceResponse, out: bytearray) -> None:
     write_uvarint(out, len(self.responses) + 1)
     for responses_item in self.responses:
         _encode_topic_produce_response_v9(responses_item, out)
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         raise EncodeError("node_endpoints exists only in versions 10+ and is not ignorable")
     out += _I32.pack(self.throttle_time_ms)
     if self.unknown_tagged_fields:
@@ -563,7 +646,7 @@ def _encode_produce_response_v10_11(self: ProduceResponse, out: bytearray) -> No
         _encode_topic_produce_response_v10_11(responses_item, out)
     out += _I32.pack(self.throttle_time_ms)
     tagged: list[tuple[int, Buffer]] = []
-    if self.node_endpoints:
+    if self.node_endpoints != list():
         data = bytearray()
         write_uvarint(data, len(self.node_endpoints) + 1)
         for node_endpoints_item in self.node_endpoints:
@@ -580,7 +663,7 @@ def _decode_produce_response_v10_11(buf: Buffer, pos: int) -> tuple[ProduceRespo
         responses.append(responses_item)
     (throttle_time_ms,) = _I32.unpack_from(buf, pos)
     pos += 4
-    node_endpoints = []
+    node_endpoints = list()
     unknown = None
     tagged_count, pos = read_uvarint(buf, pos)
     for _ in range(tagged_count):

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
@@ -22,7 +21,6 @@ from odradek.protocol.primitives import (
 _I32_BOOL_I8 = Struct(">i?b")
 
 
-@dataclass(slots=True)
 class PushTelemetryRequest(Message):
     """PushTelemetryRequest (api key 72): versions 0, flexible 0."""
 
@@ -32,18 +30,36 @@ class PushTelemetryRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    client_instance_id: UUID = ZERO_UUID
+    __slots__ = ("client_instance_id", "subscription_id", "terminating", "compression_type", "metrics", "unknown_tagged_fields",)
+
+    client_instance_id: UUID
     """Unique id for this client instance. (versions 0+)"""
-    subscription_id: int = 0
+    subscription_id: int
     """Unique identifier for the current subscription. (versions 0+)"""
-    terminating: bool = False
+    terminating: bool
     """Client is terminating the connection. (versions 0+)"""
-    compression_type: int = 0
+    compression_type: int
     """Compression codec used to compress the metrics. (versions 0+)"""
-    metrics: Buffer = b""
+    metrics: Buffer
     """Metrics encoded in OpenTelemetry MetricsData v1 protobuf format. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        client_instance_id: UUID = ZERO_UUID,
+        subscription_id: int = 0,
+        terminating: bool = False,
+        compression_type: int = 0,
+        metrics: Buffer = b"",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.client_instance_id = client_instance_id
+        self.subscription_id = subscription_id
+        self.terminating = terminating
+        self.compression_type = compression_type
+        self.metrics = metrics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_push_telemetry_request_v0(self: PushTelemetryRequest, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -26,55 +25,99 @@ _I32_I64 = Struct(">iq")
 _I64_I64_I8_I16 = Struct(">qqbh")
 
 
-@dataclass(slots=True)
-class StateBatch:
+class StateBatch(Fields):
     """A StateBatch of ReadShareGroupStateResponse."""
 
-    first_offset: int = 0
+    __slots__ = ("first_offset", "last_offset", "delivery_state", "delivery_count", "unknown_tagged_fields",)
+
+    first_offset: int
     """The base offset of this state batch. (versions 0+)"""
-    last_offset: int = 0
+    last_offset: int
     """The last offset of this state batch. (versions 0+)"""
-    delivery_state: int = 0
+    delivery_state: int
     """The state - 0:Available,2:Acked,4:Archived. (versions 0+)"""
-    delivery_count: int = 0
+    delivery_count: int
     """The delivery count. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        first_offset: int = 0,
+        last_offset: int = 0,
+        delivery_state: int = 0,
+        delivery_count: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.delivery_state = delivery_state
+        self.delivery_count = delivery_count
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class PartitionResult:
+
+class PartitionResult(Fields):
     """A PartitionResult of ReadShareGroupStateResponse."""
 
-    partition: int = 0
+    __slots__ = ("partition", "error_code", "error_message", "state_epoch", "start_offset", "state_batches", "unknown_tagged_fields",)
+
+    partition: int
     """The partition index. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    error_message: str | None = None
+    error_message: str | None
     """The error message, or null if there was no error. (versions 0+)"""
-    state_epoch: int = 0
+    state_epoch: int
     """The state epoch for this share-partition. (versions 0+)"""
-    start_offset: int = 0
+    start_offset: int
     """The share-partition start offset, which can be -1 if it is not yet initialized. (versions 0+)"""
-    state_batches: list[StateBatch] = field(default_factory=list)
+    state_batches: list[StateBatch]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        state_epoch: int = 0,
+        start_offset: int = 0,
+        state_batches: list[StateBatch] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
+        self.state_epoch = state_epoch
+        self.start_offset = start_offset
+        self.state_batches = list() if state_batches is MISSING else state_batches
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class ReadStateResult:
+
+class ReadStateResult(Fields):
     """A ReadStateResult of ReadShareGroupStateResponse."""
 
-    topic_id: UUID = ZERO_UUID
+    __slots__ = ("topic_id", "partitions", "unknown_tagged_fields",)
+
+    topic_id: UUID
     """The topic identifier (versions 0+)"""
-    partitions: list[PartitionResult] = field(default_factory=list)
+    partitions: list[PartitionResult]
     """The results for the partitions. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_id: UUID = ZERO_UUID,
+        partitions: list[PartitionResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ReadShareGroupStateResponse(Message):
     """ReadShareGroupStateResponse (api key 84): versions 0, flexible 0."""
 
@@ -84,10 +127,20 @@ class ReadShareGroupStateResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    results: list[ReadStateResult] = field(default_factory=list)
+    __slots__ = ("results", "unknown_tagged_fields",)
+
+    results: list[ReadStateResult]
     """The read results (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        results: list[ReadStateResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.results = list() if results is MISSING else results
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_state_batch_v0(self: StateBatch, out: bytearray) -> None:

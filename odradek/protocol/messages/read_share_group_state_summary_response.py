@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -25,37 +24,64 @@ _I32_I16 = Struct(">ih")
 _I32_I64 = Struct(">iq")
 
 
-@dataclass(slots=True)
-class PartitionResult:
+class PartitionResult(Fields):
     """A PartitionResult of ReadShareGroupStateSummaryResponse."""
 
-    partition: int = 0
+    __slots__ = ("partition", "error_code", "error_message", "state_epoch", "start_offset", "unknown_tagged_fields",)
+
+    partition: int
     """The partition index. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    error_message: str | None = None
+    error_message: str | None
     """The error message, or null if there was no error. (versions 0+)"""
-    state_epoch: int = 0
+    state_epoch: int
     """The state epoch of the share-partition. (versions 0+)"""
-    start_offset: int = 0
+    start_offset: int
     """The share-partition start offset. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        state_epoch: int = 0,
+        start_offset: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
+        self.state_epoch = state_epoch
+        self.start_offset = start_offset
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class ReadStateSummaryResult:
+
+class ReadStateSummaryResult(Fields):
     """A ReadStateSummaryResult of ReadShareGroupStateSummaryResponse."""
 
-    topic_id: UUID = ZERO_UUID
+    __slots__ = ("topic_id", "partitions", "unknown_tagged_fields",)
+
+    topic_id: UUID
     """The topic identifier (versions 0+)"""
-    partitions: list[PartitionResult] = field(default_factory=list)
+    partitions: list[PartitionResult]
     """The results for the partitions. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_id: UUID = ZERO_UUID,
+        partitions: list[PartitionResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ReadShareGroupStateSummaryResponse(Message):
     """ReadShareGroupStateSummaryResponse (api key 87): versions 0, flexible 0."""
 
@@ -65,10 +91,20 @@ class ReadShareGroupStateSummaryResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    results: list[ReadStateSummaryResult] = field(default_factory=list)
+    __slots__ = ("results", "unknown_tagged_fields",)
+
+    results: list[ReadStateSummaryResult]
     """The read results (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        results: list[ReadStateSummaryResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.results = list() if results is MISSING else results
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_partition_result_v0(self: PartitionResult, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
@@ -22,7 +21,6 @@ from odradek.protocol.primitives import (
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
 class RemoveRaftVoterRequest(Message):
     """RemoveRaftVoterRequest (api key 81): versions 0, flexible 0."""
 
@@ -32,14 +30,28 @@ class RemoveRaftVoterRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    cluster_id: str | None = ""
+    __slots__ = ("cluster_id", "voter_id", "voter_directory_id", "unknown_tagged_fields",)
+
+    cluster_id: str | None
     """(versions 0+)"""
-    voter_id: int = 0
+    voter_id: int
     """The replica id of the voter getting removed from the topic partition (versions 0+)"""
-    voter_directory_id: UUID = ZERO_UUID
+    voter_directory_id: UUID
     """The directory id of the voter getting removed from the topic partition (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        cluster_id: str | None = "",
+        voter_id: int = 0,
+        voter_directory_id: UUID = ZERO_UUID,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_remove_raft_voter_request_v0(self: RemoveRaftVoterRequest, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -21,7 +20,6 @@ from odradek.protocol.primitives import (
 _I64 = Struct(">q")
 
 
-@dataclass(slots=True)
 class RenewDelegationTokenRequest(Message):
     """RenewDelegationTokenRequest (api key 39): versions 0-2, deprecated 0, flexible 2."""
 
@@ -31,12 +29,24 @@ class RenewDelegationTokenRequest(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    hmac: Buffer = b""
+    __slots__ = ("hmac", "renew_period_ms", "unknown_tagged_fields",)
+
+    hmac: Buffer
     """The HMAC of the delegation token to be renewed. (versions 0+)"""
-    renew_period_ms: int = 0
+    renew_period_ms: int
     """The renewal time period in milliseconds. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        hmac: Buffer = b"",
+        renew_period_ms: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.hmac = hmac
+        self.renew_period_ms = renew_period_ms
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_renew_delegation_token_request_v0_1(self: RenewDelegationTokenRequest, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -19,7 +18,6 @@ from odradek.protocol.primitives import (
 _I16_I16_I32 = Struct(">hhi")
 
 
-@dataclass(slots=True)
 class RequestHeader(Message):
     """RequestHeader: versions 0-2, flexible 2."""
 
@@ -28,16 +26,32 @@ class RequestHeader(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    request_api_key: int = 0
+    __slots__ = ("request_api_key", "request_api_version", "correlation_id", "client_id", "unknown_tagged_fields",)
+
+    request_api_key: int
     """The API key of this request. (versions 0+)"""
-    request_api_version: int = 0
+    request_api_version: int
     """The API version of this request. (versions 0+)"""
-    correlation_id: int = 0
+    correlation_id: int
     """The correlation ID of this request. (versions 0+)"""
-    client_id: str | None = ""
+    client_id: str | None
     """The client ID string. (versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        request_api_key: int = 0,
+        request_api_version: int = 0,
+        correlation_id: int = 0,
+        client_id: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.request_api_key = request_api_key
+        self.request_api_version = request_api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_request_header_v0(self: RequestHeader, out: bytearray) -> None:

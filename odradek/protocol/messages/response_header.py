@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -17,7 +16,6 @@ from odradek.protocol.primitives import (
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
 class ResponseHeader(Message):
     """ResponseHeader: versions 0-1, flexible 1."""
 
@@ -26,10 +24,20 @@ class ResponseHeader(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 1
 
-    correlation_id: int = 0
+    __slots__ = ("correlation_id", "unknown_tagged_fields",)
+
+    correlation_id: int
     """The correlation ID of this response. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        correlation_id: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.correlation_id = correlation_id
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_response_header_v0(self: ResponseHeader, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from odradek.protocol.message import Message
@@ -18,7 +17,6 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class SaslAuthenticateRequest(Message):
     """SaslAuthenticateRequest (api key 36): versions 0-2, flexible 2."""
 
@@ -28,10 +26,20 @@ class SaslAuthenticateRequest(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    auth_bytes: Buffer = b""
+    __slots__ = ("auth_bytes", "unknown_tagged_fields",)
+
+    auth_bytes: Buffer
     """The SASL authentication bytes from the client, as defined by the SASL mechanism. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        auth_bytes: Buffer = b"",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.auth_bytes = auth_bytes
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_sasl_authenticate_request_v0_1(self: SaslAuthenticateRequest, out: bytearray) -> None:

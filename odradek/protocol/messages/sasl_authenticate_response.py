@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -26,7 +25,6 @@ _I16 = Struct(">h")
 _I64 = Struct(">q")
 
 
-@dataclass(slots=True)
 class SaslAuthenticateResponse(Message):
     """SaslAuthenticateResponse (api key 36): versions 0-2, flexible 2."""
 
@@ -36,16 +34,32 @@ class SaslAuthenticateResponse(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    error_code: int = 0
+    __slots__ = ("error_code", "error_message", "auth_bytes", "session_lifetime_ms", "unknown_tagged_fields",)
+
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The error message, or null if there was no error. (versions 0+)"""
-    auth_bytes: Buffer = b""
+    auth_bytes: Buffer
     """The SASL authentication bytes from the server, as defined by the SASL mechanism. (versions 0+)"""
-    session_lifetime_ms: int = 0
+    session_lifetime_ms: int
     """Number of milliseconds after which only re-authentication over the existing connection to create a new session can occur. (versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = "",
+        auth_bytes: Buffer = b"",
+        session_lifetime_ms: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.auth_bytes = auth_bytes
+        self.session_lifetime_ms = session_lifetime_ms
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_sasl_authenticate_response_v0(self: SaslAuthenticateResponse, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from odradek.protocol.message import Message
@@ -14,7 +13,6 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class SaslHandshakeRequest(Message):
     """SaslHandshakeRequest (api key 17): versions 0-1, deprecated 0."""
 
@@ -24,10 +22,20 @@ class SaslHandshakeRequest(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = None
 
-    mechanism: str = ""
+    __slots__ = ("mechanism", "unknown_tagged_fields",)
+
+    mechanism: str
     """The SASL mechanism chosen by the client. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        mechanism: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.mechanism = mechanism
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_sasl_handshake_request_v0_1(self: SaslHandshakeRequest, out: bytearray) -> None:

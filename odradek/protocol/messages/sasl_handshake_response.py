@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -19,7 +18,6 @@ from odradek.protocol.primitives import (
 _I16 = Struct(">h")
 
 
-@dataclass(slots=True)
 class SaslHandshakeResponse(Message):
     """SaslHandshakeResponse (api key 17): versions 0-1."""
 
@@ -29,12 +27,24 @@ class SaslHandshakeResponse(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = None
 
-    error_code: int = 0
+    __slots__ = ("error_code", "mechanisms", "unknown_tagged_fields",)
+
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    mechanisms: list[str] = field(default_factory=list)
+    mechanisms: list[str]
     """The mechanisms enabled in the server. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        mechanisms: list[str] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.mechanisms = list() if mechanisms is MISSING else mechanisms
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_sasl_handshake_response_v0_1(self: SaslHandshakeResponse, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -25,45 +24,79 @@ _I32 = Struct(">i")
 _I64_I64 = Struct(">qq")
 
 
-@dataclass(slots=True)
-class AcknowledgementBatch:
+class AcknowledgementBatch(Fields):
     """A AcknowledgementBatch of ShareAcknowledgeRequest."""
 
-    first_offset: int = 0
+    __slots__ = ("first_offset", "last_offset", "acknowledge_types", "unknown_tagged_fields",)
+
+    first_offset: int
     """First offset of batch of records to acknowledge. (versions 0+)"""
-    last_offset: int = 0
+    last_offset: int
     """Last offset (inclusive) of batch of records to acknowledge. (versions 0+)"""
-    acknowledge_types: list[int] = field(default_factory=list)
+    acknowledge_types: list[int]
     """Array of acknowledge types - 0:Gap,1:Accept,2:Release,3:Reject. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        first_offset: int = 0,
+        last_offset: int = 0,
+        acknowledge_types: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.acknowledge_types = list() if acknowledge_types is MISSING else acknowledge_types
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class AcknowledgePartition:
+
+class AcknowledgePartition(Fields):
     """A AcknowledgePartition of ShareAcknowledgeRequest."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "acknowledgement_batches", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    acknowledgement_batches: list[AcknowledgementBatch] = field(default_factory=list)
+    acknowledgement_batches: list[AcknowledgementBatch]
     """Record batches to acknowledge. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        acknowledgement_batches: list[AcknowledgementBatch] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.acknowledgement_batches = list() if acknowledgement_batches is MISSING else acknowledgement_batches
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class AcknowledgeTopic:
+
+class AcknowledgeTopic(Fields):
     """A AcknowledgeTopic of ShareAcknowledgeRequest."""
 
-    topic_id: UUID = ZERO_UUID
+    __slots__ = ("topic_id", "partitions", "unknown_tagged_fields",)
+
+    topic_id: UUID
     """The unique topic ID. (versions 0+)"""
-    partitions: list[AcknowledgePartition] = field(default_factory=list)
+    partitions: list[AcknowledgePartition]
     """The partitions containing records to acknowledge. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_id: UUID = ZERO_UUID,
+        partitions: list[AcknowledgePartition] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ShareAcknowledgeRequest(Message):
     """ShareAcknowledgeRequest (api key 79): versions 0, flexible 0."""
 
@@ -73,16 +106,32 @@ class ShareAcknowledgeRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    group_id: str | None = None
+    __slots__ = ("group_id", "member_id", "share_session_epoch", "topics", "unknown_tagged_fields",)
+
+    group_id: str | None
     """The group identifier. (versions 0+)"""
-    member_id: str | None = ""
+    member_id: str | None
     """The member ID. (versions 0+)"""
-    share_session_epoch: int = 0
+    share_session_epoch: int
     """The current share session epoch: 0 to open a share session; -1 to close it; otherwise increments for consecutive requests. (versions 0+)"""
-    topics: list[AcknowledgeTopic] = field(default_factory=list)
+    topics: list[AcknowledgeTopic]
     """The topics containing records to acknowledge. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        group_id: str | None = None,
+        member_id: str | None = "",
+        share_session_epoch: int = 0,
+        topics: list[AcknowledgeTopic] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.share_session_epoch = share_session_epoch
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_acknowledgement_batch_v0(self: AcknowledgementBatch, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -28,63 +27,114 @@ _I32_I16 = Struct(">ih")
 _I32_I32 = Struct(">ii")
 
 
-@dataclass(slots=True)
-class LeaderIdAndEpoch:
+class LeaderIdAndEpoch(Fields):
     """A LeaderIdAndEpoch of ShareAcknowledgeResponse."""
 
-    leader_id: int = 0
+    __slots__ = ("leader_id", "leader_epoch", "unknown_tagged_fields",)
+
+    leader_id: int
     """The ID of the current leader or -1 if the leader is unknown. (versions 0+)"""
-    leader_epoch: int = 0
+    leader_epoch: int
     """The latest known leader epoch. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class PartitionData:
+
+class PartitionData(Fields):
     """A PartitionData of ShareAcknowledgeResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "error_code", "error_message", "current_leader", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    error_message: str | None = None
+    error_message: str | None
     """The error message, or null if there was no error. (versions 0+)"""
-    current_leader: LeaderIdAndEpoch = field(default_factory=LeaderIdAndEpoch)
+    current_leader: LeaderIdAndEpoch
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        current_leader: LeaderIdAndEpoch = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+        self.current_leader = LeaderIdAndEpoch() if current_leader is MISSING else current_leader
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class ShareAcknowledgeTopicResponse:
+
+class ShareAcknowledgeTopicResponse(Fields):
     """A ShareAcknowledgeTopicResponse of ShareAcknowledgeResponse."""
 
-    topic_id: UUID = ZERO_UUID
+    __slots__ = ("topic_id", "partitions", "unknown_tagged_fields",)
+
+    topic_id: UUID
     """The unique topic ID. (versions 0+)"""
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData]
     """The topic partitions. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_id: UUID = ZERO_UUID,
+        partitions: list[PartitionData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class NodeEndpoint:
+
+class NodeEndpoint(Fields):
     """A NodeEndpoint of ShareAcknowledgeResponse."""
 
-    node_id: int = 0
+    __slots__ = ("node_id", "host", "port", "rack", "unknown_tagged_fields",)
+
+    node_id: int
     """The ID of the associated node. (versions 0+)"""
-    host: str = ""
+    host: str
     """The node's hostname. (versions 0+)"""
-    port: int = 0
+    port: int
     """The node's port. (versions 0+)"""
-    rack: str | None = None
+    rack: str | None
     """The rack of the node, or null if it has not been assigned to a rack. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        rack: str | None = None,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ShareAcknowledgeResponse(Message):
     """ShareAcknowledgeResponse (api key 79): versions 0, flexible 0."""
 
@@ -94,18 +144,36 @@ class ShareAcknowledgeResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "responses", "node_endpoints", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The top level response error code. (versions 0+)"""
-    error_message: str | None = None
+    error_message: str | None
     """The top-level error message, or null if there was no error. (versions 0+)"""
-    responses: list[ShareAcknowledgeTopicResponse] = field(default_factory=list)
+    responses: list[ShareAcknowledgeTopicResponse]
     """The response topics. (versions 0+)"""
-    node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+    node_endpoints: list[NodeEndpoint]
     """Endpoints for all current leaders enumerated in PartitionData with error NOT_LEADER_OR_FOLLOWER. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        responses: list[ShareAcknowledgeTopicResponse] = MISSING,
+        node_endpoints: list[NodeEndpoint] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.responses = list() if responses is MISSING else responses
+        self.node_endpoints = list() if node_endpoints is MISSING else node_endpoints
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_leader_id_and_epoch_v0(self: LeaderIdAndEpoch, out: bytearray) -> None:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -21,7 +20,6 @@ from odradek.protocol.primitives import (
 _BOOL = Struct(">?")
 
 
-@dataclass(slots=True)
 class ShareGroupDescribeRequest(Message):
     """ShareGroupDescribeRequest (api key 77): versions 0, flexible 0."""
 
@@ -31,12 +29,24 @@ class ShareGroupDescribeRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    group_ids: list[str] = field(default_factory=list)
+    __slots__ = ("group_ids", "include_authorized_operations", "unknown_tagged_fields",)
+
+    group_ids: list[str]
     """The ids of the groups to describe (versions 0+)"""
-    include_authorized_operations: bool = False
+    include_authorized_operations: bool
     """Whether to include authorized operations. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        group_ids: list[str] = MISSING,
+        include_authorized_operations: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_ids = list() if group_ids is MISSING else group_ids
+        self.include_authorized_operations = include_authorized_operations
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_share_group_describe_request_v0(self: ShareGroupDescribeRequest, out: bytearray) -> None:

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -20,7 +19,6 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class ShareGroupMemberMetadataValue(Message):
     """ShareGroupMemberMetadataValue: versions 0, flexible 0."""
 
@@ -29,16 +27,32 @@ class ShareGroupMemberMetadataValue(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    rack_id: str | None = ""
+    __slots__ = ("rack_id", "client_id", "client_host", "subscribed_topic_names", "unknown_tagged_fields",)
+
+    rack_id: str | None
     """The (optional) rack id. (versions 0+)"""
-    client_id: str = ""
+    client_id: str
     """The client id. (versions 0+)"""
-    client_host: str = ""
+    client_host: str
     """The client host. (versions 0+)"""
-    subscribed_topic_names: list[str] = field(default_factory=list)
+    subscribed_topic_names: list[str]
     """The list of subscribed topic names. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        rack_id: str | None = "",
+        client_id: str = "",
+        client_host: str = "",
+        subscribed_topic_names: list[str] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.rack_id = rack_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.subscribed_topic_names = list() if subscribed_topic_names is MISSING else subscribed_topic_names
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_share_group_member_metadata_value_v0(self: ShareGroupMemberMetadataValue, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -24,35 +23,60 @@ from odradek.protocol.primitives import (
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class PartitionMetadata:
+class PartitionMetadata(Fields):
     """A PartitionMetadata of ShareGroupPartitionMetadataValue."""
 
-    partition: int = 0
+    __slots__ = ("partition", "racks", "unknown_tagged_fields",)
+
+    partition: int
     """The partition number. (versions 0+)"""
-    racks: list[str] = field(default_factory=list)
+    racks: list[str]
     """The set of racks that the partition is mapped to. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition: int = 0,
+        racks: list[str] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition = partition
+        self.racks = list() if racks is MISSING else racks
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class TopicMetadata:
+
+class TopicMetadata(Fields):
     """A TopicMetadata of ShareGroupPartitionMetadataValue."""
 
-    topic_id: UUID = ZERO_UUID
+    __slots__ = ("topic_id", "topic_name", "num_partitions", "partition_metadata", "unknown_tagged_fields",)
+
+    topic_id: UUID
     """The topic id. (versions 0+)"""
-    topic_name: str = ""
+    topic_name: str
     """The topic name. (versions 0+)"""
-    num_partitions: int = 0
+    num_partitions: int
     """The number of partitions of the topic. (versions 0+)"""
-    partition_metadata: list[PartitionMetadata] = field(default_factory=list)
+    partition_metadata: list[PartitionMetadata]
     """Partitions mapped to a set of racks. If the rack information is unavailable for all the partitions, an empty list is stored (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_id: UUID = ZERO_UUID,
+        topic_name: str = "",
+        num_partitions: int = 0,
+        partition_metadata: list[PartitionMetadata] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.num_partitions = num_partitions
+        self.partition_metadata = list() if partition_metadata is MISSING else partition_metadata
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ShareGroupPartitionMetadataValue(Message):
     """ShareGroupPartitionMetadataValue: versions 0, flexible 0."""
 
@@ -61,10 +85,20 @@ class ShareGroupPartitionMetadataValue(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    topics: list[TopicMetadata] = field(default_factory=list)
+    __slots__ = ("topics", "unknown_tagged_fields",)
+
+    topics: list[TopicMetadata]
     """The list of topic metadata. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        topics: list[TopicMetadata] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_partition_metadata_v0(self: PartitionMetadata, out: bytearray) -> None:

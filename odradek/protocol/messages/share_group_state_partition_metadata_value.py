@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -22,33 +21,56 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
-class TopicPartitionsInfo:
+class TopicPartitionsInfo(Fields):
     """A TopicPartitionsInfo of ShareGroupStatePartitionMetadataValue."""
 
-    topic_id: UUID = ZERO_UUID
+    __slots__ = ("topic_id", "topic_name", "partitions", "unknown_tagged_fields",)
+
+    topic_id: UUID
     """The topic identifier. (versions 0+)"""
-    topic_name: str = ""
+    topic_name: str
     """The topic name. (versions 0+)"""
-    partitions: list[int] = field(default_factory=list)
+    partitions: list[int]
     """The partitions. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_id: UUID = ZERO_UUID,
+        topic_name: str = "",
+        partitions: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class TopicInfo:
+
+class TopicInfo(Fields):
     """A TopicInfo of ShareGroupStatePartitionMetadataValue."""
 
-    topic_id: UUID = ZERO_UUID
+    __slots__ = ("topic_id", "topic_name", "unknown_tagged_fields",)
+
+    topic_id: UUID
     """The topic identifier. (versions 0+)"""
-    topic_name: str = ""
+    topic_name: str
     """The topic name. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_id: UUID = ZERO_UUID,
+        topic_name: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class ShareGroupStatePartitionMetadataValue(Message):
     """ShareGroupStatePartitionMetadataValue: versions 0, flexible 0."""
 
@@ -57,12 +79,24 @@ class ShareGroupStatePartitionMetadataValue(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    initialized_topics: list[TopicPartitionsInfo] = field(default_factory=list)
+    __slots__ = ("initialized_topics", "deleting_topics", "unknown_tagged_fields",)
+
+    initialized_topics: list[TopicPartitionsInfo]
     """The topics with initialized share-group state. (versions 0+)"""
-    deleting_topics: list[TopicInfo] = field(default_factory=list)
+    deleting_topics: list[TopicInfo]
     """The topics whose share-group state is being deleted. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        initialized_topics: list[TopicPartitionsInfo] = MISSING,
+        deleting_topics: list[TopicInfo] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.initialized_topics = list() if initialized_topics is MISSING else initialized_topics
+        self.deleting_topics = list() if deleting_topics is MISSING else deleting_topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_topic_partitions_info_v0(self: TopicPartitionsInfo, out: bytearray) -> None:

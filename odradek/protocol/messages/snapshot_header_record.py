@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -17,7 +16,6 @@ from odradek.protocol.primitives import (
 _I16_I64 = Struct(">hq")
 
 
-@dataclass(slots=True)
 class SnapshotHeaderRecord(Message):
     """SnapshotHeaderRecord: versions 0, flexible 0."""
 
@@ -26,12 +24,24 @@ class SnapshotHeaderRecord(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    version: int = 0
+    __slots__ = ("version", "last_contained_log_timestamp", "unknown_tagged_fields",)
+
+    version: int
     """The version of the snapshot header record (versions 0+)"""
-    last_contained_log_timestamp: int = 0
+    last_contained_log_timestamp: int
     """The append time of the last record from the log contained in this snapshot (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        version: int = 0,
+        last_contained_log_timestamp: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.version = version
+        self.last_contained_log_timestamp = last_contained_log_timestamp
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_snapshot_header_record_v0(self: SnapshotHeaderRecord, out: bytearray) -> None:

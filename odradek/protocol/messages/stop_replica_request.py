@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -30,57 +29,102 @@ _I32_I32_I64 = Struct(">iiq")
 _I32_I32_I64_BOOL = Struct(">iiq?")
 
 
-@dataclass(slots=True)
-class StopReplicaPartitionV0:
+class StopReplicaPartitionV0(Fields):
     """A StopReplicaPartitionV0 of StopReplicaRequest."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "partition_index", "unknown_tagged_fields",)
+
+    topic_name: str
     """The topic name. (versions 0)"""
-    partition_index: int = 0
+    partition_index: int
     """The partition index. (versions 0)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        partition_index: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class StopReplicaTopicV1:
+
+class StopReplicaTopicV1(Fields):
     """A StopReplicaTopicV1 of StopReplicaRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "partition_indexes", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 1-2)"""
-    partition_indexes: list[int] = field(default_factory=list)
+    partition_indexes: list[int]
     """The partition indexes. (versions 1-2)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partition_indexes: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partition_indexes = list() if partition_indexes is MISSING else partition_indexes
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class StopReplicaPartitionState:
+
+class StopReplicaPartitionState(Fields):
     """A StopReplicaPartitionState of StopReplicaRequest."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "leader_epoch", "delete_partition", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 3+)"""
-    leader_epoch: int = -1
+    leader_epoch: int
     """The leader epoch. (versions 3+)"""
-    delete_partition: bool = False
+    delete_partition: bool
     """Whether this partition should be deleted. (versions 3+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        leader_epoch: int = -1,
+        delete_partition: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.leader_epoch = leader_epoch
+        self.delete_partition = delete_partition
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class StopReplicaTopicState:
+
+class StopReplicaTopicState(Fields):
     """A StopReplicaTopicState of StopReplicaRequest."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "partition_states", "unknown_tagged_fields",)
+
+    topic_name: str
     """The topic name. (versions 3+)"""
-    partition_states: list[StopReplicaPartitionState] = field(default_factory=list)
+    partition_states: list[StopReplicaPartitionState]
     """The state of each partition (versions 3+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        partition_states: list[StopReplicaPartitionState] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_states = list() if partition_states is MISSING else partition_states
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class StopReplicaRequest(Message):
     """StopReplicaRequest (api key 5): versions 0-4, flexible 2-4."""
 
@@ -90,24 +134,48 @@ class StopReplicaRequest(Message):
     MAX_VERSION: ClassVar[int] = 4
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    controller_id: int = 0
+    __slots__ = ("controller_id", "is_k_raft_controller", "controller_epoch", "broker_epoch", "delete_partitions", "ungrouped_partitions", "topics", "topic_states", "unknown_tagged_fields",)
+
+    controller_id: int
     """The controller id. (versions 0+)"""
-    is_k_raft_controller: bool = False
+    is_k_raft_controller: bool
     """If KRaft controller id is used during migration. See KIP-866 (versions 4+)"""
-    controller_epoch: int = 0
+    controller_epoch: int
     """The controller epoch. (versions 0+)"""
-    broker_epoch: int = -1
+    broker_epoch: int
     """The broker epoch. (versions 1+)"""
-    delete_partitions: bool = False
+    delete_partitions: bool
     """Whether these partitions should be deleted. (versions 0-2)"""
-    ungrouped_partitions: list[StopReplicaPartitionV0] = field(default_factory=list)
+    ungrouped_partitions: list[StopReplicaPartitionV0]
     """The partitions to stop. (versions 0)"""
-    topics: list[StopReplicaTopicV1] = field(default_factory=list)
+    topics: list[StopReplicaTopicV1]
     """The topics to stop. (versions 1-2)"""
-    topic_states: list[StopReplicaTopicState] = field(default_factory=list)
+    topic_states: list[StopReplicaTopicState]
     """Each topic. (versions 3+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        controller_id: int = 0,
+        is_k_raft_controller: bool = False,
+        controller_epoch: int = 0,
+        broker_epoch: int = -1,
+        delete_partitions: bool = False,
+        ungrouped_partitions: list[StopReplicaPartitionV0] = MISSING,
+        topics: list[StopReplicaTopicV1] = MISSING,
+        topic_states: list[StopReplicaTopicState] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.controller_id = controller_id
+        self.is_k_raft_controller = is_k_raft_controller
+        self.controller_epoch = controller_epoch
+        self.broker_epoch = broker_epoch
+        self.delete_partitions = delete_partitions
+        self.ungrouped_partitions = list() if ungrouped_partitions is MISSING else ungrouped_partitions
+        self.topics = list() if topics is MISSING else topics
+        self.topic_states = list() if topic_states is MISSING else topic_states
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_stop_replica_partition_v0_v0(self: StopReplicaPartitionV0, out: bytearray) -> None:
@@ -199,9 +267,9 @@ def _encode_stop_replica_request_v0(self: StopReplicaRequest, out: bytearray) ->
     out += INT32.pack(len(self.ungrouped_partitions))
     for ungrouped_partitions_item in self.ungrouped_partitions:
         _encode_stop_replica_partition_v0_v0(ungrouped_partitions_item, out)
-    if self.topics:
+    if self.topics != list():
         raise EncodeError("topics exists only in versions 1-2 and is not ignorable")
-    if self.topic_states:
+    if self.topic_states != list():
         raise EncodeError("topic_states exists only in versions 3+ and is not ignorable")
 
 
@@ -219,13 +287,13 @@ def _decode_stop_replica_request_v0(buf: Buffer, pos: int) -> tuple[StopReplicaR
 def _encode_stop_replica_request_v1(self: StopReplicaRequest, out: bytearray) -> None:
     if self.is_k_raft_controller:
         raise EncodeError("is_k_raft_controller exists only in versions 4+ and is not ignorable")
-    if self.ungrouped_partitions:
+    if self.ungrouped_partitions != list():
         raise EncodeError("ungrouped_partitions exists only in versions 0 and is not ignorable")
     out += _I32_I32_I64_BOOL.pack(self.controller_id, self.controller_epoch, self.broker_epoch, self.delete_partitions)
     out += INT32.pack(len(self.topics))
     for topics_item in self.topics:
         _encode_stop_replica_topic_v1_v1(topics_item, out)
-    if self.topic_states:
+    if self.topic_states != list():
         raise EncodeError("topic_states exists only in versions 3+ and is not ignorable")
 
 
@@ -243,13 +311,13 @@ def _decode_stop_replica_request_v1(buf: Buffer, pos: int) -> tuple[StopReplicaR
 def _encode_stop_replica_request_v2(self: StopReplicaRequest, out: bytearray) -> None:
     if self.is_k_raft_controller:
         raise EncodeError("is_k_raft_controller exists only in versions 4+ and is not ignorable")
-    if self.ungrouped_partitions:
+    if self.ungrouped_partitions != list():
         raise EncodeError("ungrouped_partitions exists only in versions 0 and is not ignorable")
     out += _I32_I32_I64_BOOL.pack(self.controller_id, self.controller_epoch, self.broker_epoch, self.delete_partitions)
     write_uvarint(out, len(self.topics) + 1)
     for topics_item in self.topics:
         _encode_stop_replica_topic_v1_v2(topics_item, out)
-    if self.topic_states:
+    if self.topic_states != list():
         raise EncodeError("topic_states exists only in versions 3+ and is not ignorable")
     if self.unknown_tagged_fields:
         write_tagged_fields(out, [], self.unknown_tagged_fields)
@@ -274,9 +342,9 @@ def _encode_stop_replica_request_v3(self: StopReplicaRequest, out: bytearray) ->
         raise EncodeError("is_k_raft_controller exists only in versions 4+ and is not ignorable")
     if self.delete_partitions:
         raise EncodeError("delete_partitions exists only in versions 0-2 and is not ignorable")
-    if self.ungrouped_partitions:
+    if self.ungrouped_partitions != list():
         raise EncodeError("ungrouped_partitions exists only in versions 0 and is not ignorable")
-    if self.topics:
+    if self.topics != list():
         raise EncodeError("topics exists only in versions 1-2 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     write_uvarint(out, len(self.topic_states) + 1)
@@ -303,9 +371,9 @@ def _decode_stop_replica_request_v3(buf: Buffer, pos: int) -> tuple[StopReplicaR
 def _encode_stop_replica_request_v4(self: StopReplicaRequest, out: bytearray) -> None:
     if self.delete_partitions:
         raise EncodeError("delete_partitions exists only in versions 0-2 and is not ignorable")
-    if self.ungrouped_partitions:
+    if self.ungrouped_partitions != list():
         raise EncodeError("ungrouped_partitions exists only in versions 0 and is not ignorable")
-    if self.topics:
+    if self.topics != list():
         raise EncodeError("topics exists only in versions 1-2 and is not ignorable")
     out += _I32_BOOL_I32_I64.pack(self.controller_id, self.is_k_raft_controller, self.controller_epoch, self.broker_epoch)
     write_uvarint(out, len(self.topic_states) + 1)

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -26,21 +25,33 @@ _I16 = Struct(">h")
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class StopReplicaPartitionError:
+class StopReplicaPartitionError(Fields):
     """A StopReplicaPartitionError of StopReplicaResponse."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "partition_index", "error_code", "unknown_tagged_fields",)
+
+    topic_name: str
     """The topic name. (versions 0+)"""
-    partition_index: int = 0
+    partition_index: int
     """The partition index. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The partition error code, or 0 if there was no partition error. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        partition_index: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class StopReplicaResponse(Message):
     """StopReplicaResponse (api key 5): versions 0-4, flexible 2-4."""
 
@@ -50,12 +61,24 @@ class StopReplicaResponse(Message):
     MAX_VERSION: ClassVar[int] = 4
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
-    error_code: int = 0
+    __slots__ = ("error_code", "partition_errors", "unknown_tagged_fields",)
+
+    error_code: int
     """The top-level error code, or 0 if there was no top-level error. (versions 0+)"""
-    partition_errors: list[StopReplicaPartitionError] = field(default_factory=list)
+    partition_errors: list[StopReplicaPartitionError]
     """The responses for each partition. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        partition_errors: list[StopReplicaPartitionError] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.partition_errors = list() if partition_errors is MISSING else partition_errors
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_stop_replica_partition_error_v0_1(self: StopReplicaPartitionError, out: bytearray) -> None:

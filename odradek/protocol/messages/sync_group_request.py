@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -34,19 +33,29 @@ from odradek.protocol.primitives import (
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class SyncGroupRequestAssignment:
+class SyncGroupRequestAssignment(Fields):
     """A SyncGroupRequestAssignment of SyncGroupRequest."""
 
-    member_id: str = ""
+    __slots__ = ("member_id", "assignment", "unknown_tagged_fields",)
+
+    member_id: str
     """The ID of the member to assign. (versions 0+)"""
-    assignment: Buffer = b""
+    assignment: Buffer
     """The member assignment. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        member_id: str = "",
+        assignment: Buffer = b"",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.member_id = member_id
+        self.assignment = assignment
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class SyncGroupRequest(Message):
     """SyncGroupRequest (api key 14): versions 0-5, flexible 4-5."""
 
@@ -56,22 +65,44 @@ class SyncGroupRequest(Message):
     MAX_VERSION: ClassVar[int] = 5
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 4
 
-    group_id: str = ""
+    __slots__ = ("group_id", "generation_id", "member_id", "group_instance_id", "protocol_type", "protocol_name", "assignments", "unknown_tagged_fields",)
+
+    group_id: str
     """The unique group identifier. (versions 0+)"""
-    generation_id: int = 0
+    generation_id: int
     """The generation of the group. (versions 0+)"""
-    member_id: str = ""
+    member_id: str
     """The member ID assigned by the group. (versions 0+)"""
-    group_instance_id: str | None = None
+    group_instance_id: str | None
     """The unique identifier of the consumer instance provided by end user. (versions 3+)"""
-    protocol_type: str | None = None
+    protocol_type: str | None
     """The group protocol type. (versions 5+)"""
-    protocol_name: str | None = None
+    protocol_name: str | None
     """The group protocol name. (versions 5+)"""
-    assignments: list[SyncGroupRequestAssignment] = field(default_factory=list)
+    assignments: list[SyncGroupRequestAssignment]
     """Each assignment. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        group_id: str = "",
+        generation_id: int = 0,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+        assignments: list[SyncGroupRequestAssignment] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.protocol_type = protocol_type
+        self.protocol_name = protocol_name
+        self.assignments = list() if assignments is MISSING else assignments
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_sync_group_request_assignment_v0_3(self: SyncGroupRequestAssignment, out: bytearray) -> None:

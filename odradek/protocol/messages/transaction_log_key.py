@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from odradek.protocol.message import Message
@@ -14,7 +13,6 @@ from odradek.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class TransactionLogKey(Message):
     """TransactionLogKey: versions 0."""
 
@@ -23,10 +21,20 @@ class TransactionLogKey(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = None
 
-    transactional_id: str = ""
+    __slots__ = ("transactional_id", "unknown_tagged_fields",)
+
+    transactional_id: str
     """(versions 0)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        transactional_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_transaction_log_key_v0(self: TransactionLogKey, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     NULL_INT32,
@@ -33,19 +32,29 @@ _I64_I16_I32_I8 = Struct(">qhib")
 _I64_I64 = Struct(">qq")
 
 
-@dataclass(slots=True)
-class PartitionsSchema:
+class PartitionsSchema(Fields):
     """A PartitionsSchema of TransactionLogValue."""
 
-    topic: str = ""
+    __slots__ = ("topic", "partition_ids", "unknown_tagged_fields",)
+
+    topic: str
     """(versions 0+)"""
-    partition_ids: list[int] = field(default_factory=list)
+    partition_ids: list[int]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic: str = "",
+        partition_ids: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partition_ids = list() if partition_ids is MISSING else partition_ids
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class TransactionLogValue(Message):
     """TransactionLogValue: versions 0-1, flexible 1."""
 
@@ -54,28 +63,56 @@ class TransactionLogValue(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 1
 
-    producer_id: int = 0
+    __slots__ = ("producer_id", "previous_producer_id", "next_producer_id", "producer_epoch", "transaction_timeout_ms", "transaction_status", "transaction_partitions", "transaction_last_update_timestamp_ms", "transaction_start_timestamp_ms", "client_transaction_version", "unknown_tagged_fields",)
+
+    producer_id: int
     """Producer id in use by the transactional id (versions 0+)"""
-    previous_producer_id: int = -1
+    previous_producer_id: int
     """Producer id used by the last committed transaction (versions 1+, tag 0)"""
-    next_producer_id: int = -1
+    next_producer_id: int
     """Latest producer ID sent to the producer for the given transactional ID (versions 1+, tag 1)"""
-    producer_epoch: int = 0
+    producer_epoch: int
     """Epoch associated with the producer id (versions 0+)"""
-    transaction_timeout_ms: int = 0
+    transaction_timeout_ms: int
     """Transaction timeout in milliseconds (versions 0+)"""
-    transaction_status: int = 0
+    transaction_status: int
     """TransactionState the transaction is in (versions 0+)"""
-    transaction_partitions: list[PartitionsSchema] | None = field(default_factory=list)
+    transaction_partitions: list[PartitionsSchema] | None
     """Set of partitions involved in the transaction (versions 0+)"""
-    transaction_last_update_timestamp_ms: int = 0
+    transaction_last_update_timestamp_ms: int
     """Time the transaction was last updated (versions 0+)"""
-    transaction_start_timestamp_ms: int = 0
+    transaction_start_timestamp_ms: int
     """Time the transaction was started (versions 0+)"""
-    client_transaction_version: int = 0
+    client_transaction_version: int
     """The transaction version used by the client (versions 1+, tag 2)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        producer_id: int = 0,
+        previous_producer_id: int = -1,
+        next_producer_id: int = -1,
+        producer_epoch: int = 0,
+        transaction_timeout_ms: int = 0,
+        transaction_status: int = 0,
+        transaction_partitions: list[PartitionsSchema] | None = MISSING,
+        transaction_last_update_timestamp_ms: int = 0,
+        transaction_start_timestamp_ms: int = 0,
+        client_transaction_version: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.producer_id = producer_id
+        self.previous_producer_id = previous_producer_id
+        self.next_producer_id = next_producer_id
+        self.producer_epoch = producer_epoch
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.transaction_status = transaction_status
+        self.transaction_partitions = list() if transaction_partitions is MISSING else transaction_partitions
+        self.transaction_last_update_timestamp_ms = transaction_last_update_timestamp_ms
+        self.transaction_start_timestamp_ms = transaction_start_timestamp_ms
+        self.client_transaction_version = client_transaction_version
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_partitions_schema_v0(self: PartitionsSchema, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -33,35 +32,60 @@ _I64_I16 = Struct(">qh")
 _I64_I16_I32 = Struct(">qhi")
 
 
-@dataclass(slots=True)
-class TxnOffsetCommitRequestPartition:
+class TxnOffsetCommitRequestPartition(Fields):
     """A TxnOffsetCommitRequestPartition of TxnOffsetCommitRequest."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "committed_offset", "committed_leader_epoch", "committed_metadata", "unknown_tagged_fields",)
+
+    partition_index: int
     """The index of the partition within the topic. (versions 0+)"""
-    committed_offset: int = 0
+    committed_offset: int
     """The message offset to be committed. (versions 0+)"""
-    committed_leader_epoch: int = -1
+    committed_leader_epoch: int
     """The leader epoch of the last consumed record. (versions 2+)"""
-    committed_metadata: str | None = ""
+    committed_metadata: str | None
     """Any associated metadata the client wants to keep. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        committed_offset: int = 0,
+        committed_leader_epoch: int = -1,
+        committed_metadata: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.committed_metadata = committed_metadata
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class TxnOffsetCommitRequestTopic:
+
+class TxnOffsetCommitRequestTopic(Fields):
     """A TxnOffsetCommitRequestTopic of TxnOffsetCommitRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    partitions: list[TxnOffsetCommitRequestPartition] = field(default_factory=list)
+    partitions: list[TxnOffsetCommitRequestPartition]
     """The partitions inside the topic that we want to commit offsets for. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[TxnOffsetCommitRequestPartition] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class TxnOffsetCommitRequest(Message):
     """TxnOffsetCommitRequest (api key 28): versions 0-4, flexible 3-4."""
 
@@ -71,24 +95,48 @@ class TxnOffsetCommitRequest(Message):
     MAX_VERSION: ClassVar[int] = 4
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
 
-    transactional_id: str = ""
+    __slots__ = ("transactional_id", "group_id", "producer_id", "producer_epoch", "generation_id", "member_id", "group_instance_id", "topics", "unknown_tagged_fields",)
+
+    transactional_id: str
     """The ID of the transaction. (versions 0+)"""
-    group_id: str = ""
+    group_id: str
     """The ID of the group. (versions 0+)"""
-    producer_id: int = 0
+    producer_id: int
     """The current producer ID in use by the transactional ID. (versions 0+)"""
-    producer_epoch: int = 0
+    producer_epoch: int
     """The current epoch associated with the producer ID. (versions 0+)"""
-    generation_id: int = -1
+    generation_id: int
     """The generation of the consumer. (versions 3+)"""
-    member_id: str = ""
+    member_id: str
     """The member ID assigned by the group coordinator. (versions 3+)"""
-    group_instance_id: str | None = None
+    group_instance_id: str | None
     """The unique identifier of the consumer instance provided by end user. (versions 3+)"""
-    topics: list[TxnOffsetCommitRequestTopic] = field(default_factory=list)
+    topics: list[TxnOffsetCommitRequestTopic]
     """Each topic that we want to commit offsets for. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        transactional_id: str = "",
+        group_id: str = "",
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        generation_id: int = -1,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        topics: list[TxnOffsetCommitRequestTopic] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.group_id = group_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_txn_offset_commit_request_partition_v0_1(self: TxnOffsetCommitRequestPartition, out: bytearray) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -17,7 +16,6 @@ from odradek.protocol.primitives import (
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
 class UnregisterBrokerRequest(Message):
     """UnregisterBrokerRequest (api key 64): versions 0, flexible 0."""
 
@@ -27,10 +25,20 @@ class UnregisterBrokerRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    broker_id: int = 0
+    __slots__ = ("broker_id", "unknown_tagged_fields",)
+
+    broker_id: int
     """The broker ID to unregister. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_unregister_broker_request_v0(self: UnregisterBrokerRequest, out: bytearray) -> None:

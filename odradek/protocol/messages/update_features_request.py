@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -25,23 +24,37 @@ _I16_I8 = Struct(">hb")
 _I32 = Struct(">i")
 
 
-@dataclass(slots=True)
-class FeatureUpdateKey:
+class FeatureUpdateKey(Fields):
     """A FeatureUpdateKey of UpdateFeaturesRequest."""
 
-    feature: str = ""
+    __slots__ = ("feature", "max_version_level", "allow_downgrade", "upgrade_type", "unknown_tagged_fields",)
+
+    feature: str
     """The name of the finalized feature to be updated. (versions 0+)"""
-    max_version_level: int = 0
+    max_version_level: int
     """The new maximum version level for the finalized feature. A value >= 1 is valid. A value < 1, is special, and can be used to request the deletion of the finalized feature. (versions 0+)"""
-    allow_downgrade: bool = False
+    allow_downgrade: bool
     """DEPRECATED in version 1 (see DowngradeType). When set to true, the finalized feature version level is allowed to be downgraded/deleted. The downgrade request will fail if the new maximum version level is a value that's not lower than the existing maximum finalized version level. (versions 0)"""
-    upgrade_type: int = 1
+    upgrade_type: int
     """Determine which type of upgrade will be performed: 1 will perform an upgrade only (default), 2 is safe downgrades only (lossless), 3 is unsafe downgrades (lossy). (versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        feature: str = "",
+        max_version_level: int = 0,
+        allow_downgrade: bool = False,
+        upgrade_type: int = 1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.feature = feature
+        self.max_version_level = max_version_level
+        self.allow_downgrade = allow_downgrade
+        self.upgrade_type = upgrade_type
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class UpdateFeaturesRequest(Message):
     """UpdateFeaturesRequest (api key 57): versions 0-2, flexible 0-2."""
 
@@ -51,14 +64,28 @@ class UpdateFeaturesRequest(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    timeout_ms: int = 60000
+    __slots__ = ("timeout_ms", "feature_updates", "validate_only", "unknown_tagged_fields",)
+
+    timeout_ms: int
     """How long to wait in milliseconds before timing out the request. (versions 0+)"""
-    feature_updates: list[FeatureUpdateKey] = field(default_factory=list)
+    feature_updates: list[FeatureUpdateKey]
     """The list of updates to finalized features. (versions 0+)"""
-    validate_only: bool = False
+    validate_only: bool
     """True if we should validate the request, but not perform the upgrade or downgrade. (versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        timeout_ms: int = 60000,
+        feature_updates: list[FeatureUpdateKey] = MISSING,
+        validate_only: bool = False,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.timeout_ms = timeout_ms
+        self.feature_updates = list() if feature_updates is MISSING else feature_updates
+        self.validate_only = validate_only
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_feature_update_key_v0(self: FeatureUpdateKey, out: bytearray) -> None:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     read_compact_array_length,
@@ -24,21 +23,33 @@ _I16 = Struct(">h")
 _I32_I16 = Struct(">ih")
 
 
-@dataclass(slots=True)
-class UpdatableFeatureResult:
+class UpdatableFeatureResult(Fields):
     """A UpdatableFeatureResult of UpdateFeaturesResponse."""
 
-    feature: str = ""
+    __slots__ = ("feature", "error_code", "error_message", "unknown_tagged_fields",)
+
+    feature: str
     """The name of the finalized feature. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The feature update error code or `0` if the feature update succeeded. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The feature update error, or `null` if the feature update succeeded. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        feature: str = "",
+        error_code: int = 0,
+        error_message: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.feature = feature
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class UpdateFeaturesResponse(Message):
     """UpdateFeaturesResponse (api key 57): versions 0-2, flexible 0-2."""
 
@@ -48,16 +59,32 @@ class UpdateFeaturesResponse(Message):
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "results", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The top-level error code, or `0` if there was no top-level error. (versions 0+)"""
-    error_message: str | None = ""
+    error_message: str | None
     """The top-level error message, or `null` if there was no top-level error. (versions 0+)"""
-    results: list[UpdatableFeatureResult] = field(default_factory=list)
+    results: list[UpdatableFeatureResult]
     """Results for each feature update. (versions 0-1)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        results: list[UpdatableFeatureResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.results = list() if results is MISSING else results
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_updatable_feature_result_v0_1(self: UpdatableFeatureResult, out: bytearray) -> None:

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 from uuid import UUID
 
 from odradek.protocol.exceptions import EncodeError
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     ZERO_UUID,
@@ -42,81 +41,150 @@ _I32_I32_I64 = Struct(">iiq")
 _I8 = Struct(">b")
 
 
-@dataclass(slots=True)
-class UpdateMetadataPartitionState:
+class UpdateMetadataPartitionState(Fields):
     """A UpdateMetadataPartitionState of UpdateMetadataRequest."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "partition_index", "controller_epoch", "leader", "leader_epoch", "isr", "zk_version", "replicas", "offline_replicas", "unknown_tagged_fields",)
+
+    topic_name: str
     """In older versions of this RPC, the topic name. (versions 0-4)"""
-    partition_index: int = 0
+    partition_index: int
     """The partition index. (versions 0+)"""
-    controller_epoch: int = 0
+    controller_epoch: int
     """The controller epoch. (versions 0+)"""
-    leader: int = 0
+    leader: int
     """The ID of the broker which is the current partition leader. (versions 0+)"""
-    leader_epoch: int = 0
+    leader_epoch: int
     """The leader epoch of this partition. (versions 0+)"""
-    isr: list[int] = field(default_factory=list)
+    isr: list[int]
     """The brokers which are in the ISR for this partition. (versions 0+)"""
-    zk_version: int = 0
+    zk_version: int
     """The Zookeeper version. (versions 0+)"""
-    replicas: list[int] = field(default_factory=list)
+    replicas: list[int]
     """All the replicas of this partition. (versions 0+)"""
-    offline_replicas: list[int] = field(default_factory=list)
+    offline_replicas: list[int]
     """The replicas of this partition which are offline. (versions 4+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        partition_index: int = 0,
+        controller_epoch: int = 0,
+        leader: int = 0,
+        leader_epoch: int = 0,
+        isr: list[int] = MISSING,
+        zk_version: int = 0,
+        replicas: list[int] = MISSING,
+        offline_replicas: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.controller_epoch = controller_epoch
+        self.leader = leader
+        self.leader_epoch = leader_epoch
+        self.isr = list() if isr is MISSING else isr
+        self.zk_version = zk_version
+        self.replicas = list() if replicas is MISSING else replicas
+        self.offline_replicas = list() if offline_replicas is MISSING else offline_replicas
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class UpdateMetadataTopicState:
+
+class UpdateMetadataTopicState(Fields):
     """A UpdateMetadataTopicState of UpdateMetadataRequest."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "topic_id", "partition_states", "unknown_tagged_fields",)
+
+    topic_name: str
     """The topic name. (versions 5+)"""
-    topic_id: UUID = ZERO_UUID
+    topic_id: UUID
     """The topic id. (versions 7+)"""
-    partition_states: list[UpdateMetadataPartitionState] = field(default_factory=list)
+    partition_states: list[UpdateMetadataPartitionState]
     """The partition that we would like to update. (versions 5+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        topic_id: UUID = ZERO_UUID,
+        partition_states: list[UpdateMetadataPartitionState] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partition_states = list() if partition_states is MISSING else partition_states
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class UpdateMetadataEndpoint:
+
+class UpdateMetadataEndpoint(Fields):
     """A UpdateMetadataEndpoint of UpdateMetadataRequest."""
 
-    port: int = 0
+    __slots__ = ("port", "host", "listener", "security_protocol", "unknown_tagged_fields",)
+
+    port: int
     """The port of this endpoint (versions 1+)"""
-    host: str = ""
+    host: str
     """The hostname of this endpoint (versions 1+)"""
-    listener: str = ""
+    listener: str
     """The listener name. (versions 3+)"""
-    security_protocol: int = 0
+    security_protocol: int
     """The security protocol type. (versions 1+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        port: int = 0,
+        host: str = "",
+        listener: str = "",
+        security_protocol: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.port = port
+        self.host = host
+        self.listener = listener
+        self.security_protocol = security_protocol
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class UpdateMetadataBroker:
+
+class UpdateMetadataBroker(Fields):
     """A UpdateMetadataBroker of UpdateMetadataRequest."""
 
-    id: int = 0
+    __slots__ = ("id", "v0_host", "v0_port", "endpoints", "rack", "unknown_tagged_fields",)
+
+    id: int
     """The broker id. (versions 0+)"""
-    v0_host: str = ""
+    v0_host: str
     """The broker hostname. (versions 0)"""
-    v0_port: int = 0
+    v0_port: int
     """The broker port. (versions 0)"""
-    endpoints: list[UpdateMetadataEndpoint] = field(default_factory=list)
+    endpoints: list[UpdateMetadataEndpoint]
     """The broker endpoints. (versions 1+)"""
-    rack: str | None = ""
+    rack: str | None
     """The rack which this broker belongs to. (versions 2+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        id: int = 0,
+        v0_host: str = "",
+        v0_port: int = 0,
+        endpoints: list[UpdateMetadataEndpoint] = MISSING,
+        rack: str | None = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.id = id
+        self.v0_host = v0_host
+        self.v0_port = v0_port
+        self.endpoints = list() if endpoints is MISSING else endpoints
+        self.rack = rack
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class UpdateMetadataRequest(Message):
     """UpdateMetadataRequest (api key 6): versions 0-8, flexible 6-8."""
 
@@ -126,24 +194,48 @@ class UpdateMetadataRequest(Message):
     MAX_VERSION: ClassVar[int] = 8
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 6
 
-    controller_id: int = 0
+    __slots__ = ("controller_id", "is_k_raft_controller", "type", "controller_epoch", "broker_epoch", "ungrouped_partition_states", "topic_states", "live_brokers", "unknown_tagged_fields",)
+
+    controller_id: int
     """The controller id. (versions 0+)"""
-    is_k_raft_controller: bool = False
+    is_k_raft_controller: bool
     """If KRaft controller id is used during migration. See KIP-866 (versions 8+)"""
-    type: int = 0
+    type: int
     """Indicates if this request is a Full metadata snapshot (2), Incremental (1), or Unknown (0). Using during ZK migration, see KIP-866 (versions 8+, tag 0)"""
-    controller_epoch: int = 0
+    controller_epoch: int
     """The controller epoch. (versions 0+)"""
-    broker_epoch: int = -1
+    broker_epoch: int
     """The broker epoch. (versions 5+)"""
-    ungrouped_partition_states: list[UpdateMetadataPartitionState] = field(default_factory=list)
+    ungrouped_partition_states: list[UpdateMetadataPartitionState]
     """In older versions of this RPC, each partition that we would like to update. (versions 0-4)"""
-    topic_states: list[UpdateMetadataTopicState] = field(default_factory=list)
+    topic_states: list[UpdateMetadataTopicState]
     """In newer versions of this RPC, each topic that we would like to update. (versions 5+)"""
-    live_brokers: list[UpdateMetadataBroker] = field(default_factory=list)
+    live_brokers: list[UpdateMetadataBroker]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        controller_id: int = 0,
+        is_k_raft_controller: bool = False,
+        type: int = 0,
+        controller_epoch: int = 0,
+        broker_epoch: int = -1,
+        ungrouped_partition_states: list[UpdateMetadataPartitionState] = MISSING,
+        topic_states: list[UpdateMetadataTopicState] = MISSING,
+        live_brokers: list[UpdateMetadataBroker] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.controller_id = controller_id
+        self.is_k_raft_controller = is_k_raft_controller
+        self.type = type
+        self.controller_epoch = controller_epoch
+        self.broker_epoch = broker_epoch
+        self.ungrouped_partition_states = list() if ungrouped_partition_states is MISSING else ungrouped_partition_states
+        self.topic_states = list() if topic_states is MISSING else topic_states
+        self.live_brokers = list() if live_brokers is MISSING else live_brokers
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_update_metadata_partition_state_v0_3(self: UpdateMetadataPartitionState, out: bytearray) -> None:
@@ -486,7 +578,7 @@ def _encode_update_metadata_request_v0(self: UpdateMetadataRequest, out: bytearr
     out += INT32.pack(len(self.ungrouped_partition_states))
     for ungrouped_partition_states_item in self.ungrouped_partition_states:
         _encode_update_metadata_partition_state_v0_3(ungrouped_partition_states_item, out)
-    if self.topic_states:
+    if self.topic_states != list():
         raise EncodeError("topic_states exists only in versions 5+ and is not ignorable")
     out += INT32.pack(len(self.live_brokers))
     for live_brokers_item in self.live_brokers:
@@ -518,7 +610,7 @@ def _encode_update_metadata_request_v1(self: UpdateMetadataRequest, out: bytearr
     out += INT32.pack(len(self.ungrouped_partition_states))
     for ungrouped_partition_states_item in self.ungrouped_partition_states:
         _encode_update_metadata_partition_state_v0_3(ungrouped_partition_states_item, out)
-    if self.topic_states:
+    if self.topic_states != list():
         raise EncodeError("topic_states exists only in versions 5+ and is not ignorable")
     out += INT32.pack(len(self.live_brokers))
     for live_brokers_item in self.live_brokers:
@@ -550,7 +642,7 @@ def _encode_update_metadata_request_v2(self: UpdateMetadataRequest, out: bytearr
     out += INT32.pack(len(self.ungrouped_partition_states))
     for ungrouped_partition_states_item in self.ungrouped_partition_states:
         _encode_update_metadata_partition_state_v0_3(ungrouped_partition_states_item, out)
-    if self.topic_states:
+    if self.topic_states != list():
         raise EncodeError("topic_states exists only in versions 5+ and is not ignorable")
     out += INT32.pack(len(self.live_brokers))
     for live_brokers_item in self.live_brokers:
@@ -582,7 +674,7 @@ def _encode_update_metadata_request_v3(self: UpdateMetadataRequest, out: bytearr
     out += INT32.pack(len(self.ungrouped_partition_states))
     for ungrouped_partition_states_item in self.ungrouped_partition_states:
         _encode_update_metadata_partition_state_v0_3(ungrouped_partition_states_item, out)
-    if self.topic_states:
+    if self.topic_states != list():
         raise EncodeError("topic_states exists only in versions 5+ and is not ignorable")
     out += INT32.pack(len(self.live_brokers))
     for live_brokers_item in self.live_brokers:
@@ -614,7 +706,7 @@ def _encode_update_metadata_request_v4(self: UpdateMetadataRequest, out: bytearr
     out += INT32.pack(len(self.ungrouped_partition_states))
     for ungrouped_partition_states_item in self.ungrouped_partition_states:
         _encode_update_metadata_partition_state_v4(ungrouped_partition_states_item, out)
-    if self.topic_states:
+    if self.topic_states != list():
         raise EncodeError("topic_states exists only in versions 5+ and is not ignorable")
     out += INT32.pack(len(self.live_brokers))
     for live_brokers_item in self.live_brokers:
@@ -642,7 +734,7 @@ def _encode_update_metadata_request_v5(self: UpdateMetadataRequest, out: bytearr
         raise EncodeError("is_k_raft_controller exists only in versions 8+ and is not ignorable")
     if self.type != 0:
         raise EncodeError("type exists only in versions 8+ and is not ignorable")
-    if self.ungrouped_partition_states:
+    if self.ungrouped_partition_states != list():
         raise EncodeError("ungrouped_partition_states exists only in versions 0-4 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     out += INT32.pack(len(self.topic_states))
@@ -674,7 +766,7 @@ def _encode_update_metadata_request_v6(self: UpdateMetadataRequest, out: bytearr
         raise EncodeError("is_k_raft_controller exists only in versions 8+ and is not ignorable")
     if self.type != 0:
         raise EncodeError("type exists only in versions 8+ and is not ignorable")
-    if self.ungrouped_partition_states:
+    if self.ungrouped_partition_states != list():
         raise EncodeError("ungrouped_partition_states exists only in versions 0-4 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     write_uvarint(out, len(self.topic_states) + 1)
@@ -711,7 +803,7 @@ def _encode_update_metadata_request_v7(self: UpdateMetadataRequest, out: bytearr
         raise EncodeError("is_k_raft_controller exists only in versions 8+ and is not ignorable")
     if self.type != 0:
         raise EncodeError("type exists only in versions 8+ and is not ignorable")
-    if self.ungrouped_partition_states:
+    if self.ungrouped_partition_states != list():
         raise EncodeError("ungrouped_partition_states exists only in versions 0-4 and is not ignorable")
     out += _I32_I32_I64.pack(self.controller_id, self.controller_epoch, self.broker_epoch)
     write_uvarint(out, len(self.topic_states) + 1)
@@ -744,7 +836,7 @@ def _decode_update_metadata_request_v7(buf: Buffer, pos: int) -> tuple[UpdateMet
 
 
 def _encode_update_metadata_request_v8(self: UpdateMetadataRequest, out: bytearray) -> None:
-    if self.ungrouped_partition_states:
+    if self.ungrouped_partition_states != list():
         raise EncodeError("ungrouped_partition_states exists only in versions 0-4 and is not ignorable")
     out += _I32_BOOL_I32_I64.pack(self.controller_id, self.is_k_raft_controller, self.controller_epoch, self.broker_epoch)
     write_uvarint(out, len(self.topic_states) + 1)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from struct import Struct
 from typing import ClassVar
 
@@ -17,7 +16,6 @@ from odradek.protocol.primitives import (
 _I16 = Struct(">h")
 
 
-@dataclass(slots=True)
 class UpdateMetadataResponse(Message):
     """UpdateMetadataResponse (api key 6): versions 0-8, flexible 6-8."""
 
@@ -27,10 +25,20 @@ class UpdateMetadataResponse(Message):
     MAX_VERSION: ClassVar[int] = 8
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 6
 
-    error_code: int = 0
+    __slots__ = ("error_code", "unknown_tagged_fields",)
+
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_update_metadata_response_v0_5(self: UpdateMetadataResponse, out: bytearray) -> None:

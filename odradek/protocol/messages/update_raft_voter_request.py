@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -28,33 +27,56 @@ _I32_I32 = Struct(">ii")
 _U16 = Struct(">H")
 
 
-@dataclass(slots=True)
-class Listener:
+class Listener(Fields):
     """A Listener of UpdateRaftVoterRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "host", "port", "unknown_tagged_fields",)
+
+    name: str
     """The name of the endpoint (versions 0+)"""
-    host: str = ""
+    host: str
     """The hostname (versions 0+)"""
-    port: int = 0
+    port: int
     """The port (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class KRaftVersionFeature:
+
+class KRaftVersionFeature(Fields):
     """A KRaftVersionFeature of UpdateRaftVoterRequest."""
 
-    min_supported_version: int = 0
+    __slots__ = ("min_supported_version", "max_supported_version", "unknown_tagged_fields",)
+
+    min_supported_version: int
     """The minimum supported KRaft protocol version (versions 0+)"""
-    max_supported_version: int = 0
+    max_supported_version: int
     """The maximum supported KRaft protocol version (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        min_supported_version: int = 0,
+        max_supported_version: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.min_supported_version = min_supported_version
+        self.max_supported_version = max_supported_version
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class UpdateRaftVoterRequest(Message):
     """UpdateRaftVoterRequest (api key 82): versions 0, flexible 0."""
 
@@ -64,20 +86,40 @@ class UpdateRaftVoterRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    cluster_id: str | None = ""
+    __slots__ = ("cluster_id", "current_leader_epoch", "voter_id", "voter_directory_id", "listeners", "k_raft_version_feature", "unknown_tagged_fields",)
+
+    cluster_id: str | None
     """(versions 0+)"""
-    current_leader_epoch: int = 0
+    current_leader_epoch: int
     """The current leader epoch of the partition, -1 for unknown leader epoch (versions 0+)"""
-    voter_id: int = 0
+    voter_id: int
     """The replica id of the voter getting updated in the topic partition (versions 0+)"""
-    voter_directory_id: UUID = ZERO_UUID
+    voter_directory_id: UUID
     """The directory id of the voter getting updated in the topic partition (versions 0+)"""
-    listeners: list[Listener] = field(default_factory=list)
+    listeners: list[Listener]
     """The endpoint that can be used to communicate with the leader (versions 0+)"""
-    k_raft_version_feature: KRaftVersionFeature = field(default_factory=KRaftVersionFeature)
+    k_raft_version_feature: KRaftVersionFeature
     """The range of versions of the protocol that the replica supports (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        cluster_id: str | None = "",
+        current_leader_epoch: int = 0,
+        voter_id: int = 0,
+        voter_directory_id: UUID = ZERO_UUID,
+        listeners: list[Listener] = MISSING,
+        k_raft_version_feature: KRaftVersionFeature = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.current_leader_epoch = current_leader_epoch
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
+        self.listeners = list() if listeners is MISSING else listeners
+        self.k_raft_version_feature = KRaftVersionFeature() if k_raft_version_feature is MISSING else k_raft_version_feature
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_listener_v0(self: Listener, out: bytearray) -> None:

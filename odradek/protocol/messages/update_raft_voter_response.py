@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     Buffer,
     check_tag_end,
@@ -24,23 +23,37 @@ _I32_I16 = Struct(">ih")
 _I32_I32 = Struct(">ii")
 
 
-@dataclass(slots=True)
-class CurrentLeader:
+class CurrentLeader(Fields):
     """A CurrentLeader of UpdateRaftVoterResponse."""
 
-    leader_id: int = -1
+    __slots__ = ("leader_id", "leader_epoch", "host", "port", "unknown_tagged_fields",)
+
+    leader_id: int
     """The replica id of the current leader or -1 if the leader is unknown (versions 0+)"""
-    leader_epoch: int = -1
+    leader_epoch: int
     """The latest known leader epoch (versions 0+)"""
-    host: str = ""
+    host: str
     """The node's hostname (versions 0+)"""
-    port: int = 0
+    port: int
     """The node's port (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        leader_id: int = -1,
+        leader_epoch: int = -1,
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class UpdateRaftVoterResponse(Message):
     """UpdateRaftVoterResponse (api key 82): versions 0, flexible 0."""
 
@@ -50,14 +63,28 @@ class UpdateRaftVoterResponse(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    throttle_time_ms: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "current_leader", "unknown_tagged_fields",)
+
+    throttle_time_ms: int
     """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error (versions 0+)"""
-    current_leader: CurrentLeader = field(default_factory=CurrentLeader)
+    current_leader: CurrentLeader
     """(versions 0+, tag 0)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        current_leader: CurrentLeader = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.current_leader = CurrentLeader() if current_leader is MISSING else current_leader
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_current_leader_v0(self: CurrentLeader, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -29,41 +28,72 @@ _I32_I32_I32_I32_I64 = Struct(">iiiiq")
 _I32_I64 = Struct(">iq")
 
 
-@dataclass(slots=True)
-class PartitionData:
+class PartitionData(Fields):
     """A PartitionData of VoteRequest."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "candidate_epoch", "candidate_id", "candidate_directory_id", "voter_directory_id", "last_offset_epoch", "last_offset", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    candidate_epoch: int = 0
+    candidate_epoch: int
     """The bumped epoch of the candidate sending the request (versions 0+)"""
-    candidate_id: int = 0
+    candidate_id: int
     """The replica id of the voter sending the request (versions 0+)"""
-    candidate_directory_id: UUID = ZERO_UUID
+    candidate_directory_id: UUID
     """The directory id of the voter sending the request (versions 1+)"""
-    voter_directory_id: UUID = ZERO_UUID
+    voter_directory_id: UUID
     """The ID of the voter sending the request (versions 1+)"""
-    last_offset_epoch: int = 0
+    last_offset_epoch: int
     """The epoch of the last record written to the metadata log (versions 0+)"""
-    last_offset: int = 0
+    last_offset: int
     """The offset of the last record written to the metadata log (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        candidate_epoch: int = 0,
+        candidate_id: int = 0,
+        candidate_directory_id: UUID = ZERO_UUID,
+        voter_directory_id: UUID = ZERO_UUID,
+        last_offset_epoch: int = 0,
+        last_offset: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.candidate_epoch = candidate_epoch
+        self.candidate_id = candidate_id
+        self.candidate_directory_id = candidate_directory_id
+        self.voter_directory_id = voter_directory_id
+        self.last_offset_epoch = last_offset_epoch
+        self.last_offset = last_offset
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class TopicData:
+
+class TopicData(Fields):
     """A TopicData of VoteRequest."""
 
-    topic_name: str = ""
+    __slots__ = ("topic_name", "partitions", "unknown_tagged_fields",)
+
+    topic_name: str
     """The topic name. (versions 0+)"""
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_name: str = "",
+        partitions: list[PartitionData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class VoteRequest(Message):
     """VoteRequest (api key 52): versions 0-1, flexible 0-1."""
 
@@ -73,14 +103,28 @@ class VoteRequest(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    cluster_id: str | None = None
+    __slots__ = ("cluster_id", "voter_id", "topics", "unknown_tagged_fields",)
+
+    cluster_id: str | None
     """(versions 0+)"""
-    voter_id: int = -1
+    voter_id: int
     """The replica id of the voter receiving the request (versions 1+)"""
-    topics: list[TopicData] = field(default_factory=list)
+    topics: list[TopicData]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        voter_id: int = -1,
+        topics: list[TopicData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.voter_id = voter_id
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_partition_data_v0(self: PartitionData, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -27,49 +26,87 @@ _I32 = Struct(">i")
 _U16 = Struct(">H")
 
 
-@dataclass(slots=True)
-class Endpoint:
+class Endpoint(Fields):
     """A Endpoint of VotersRecord."""
 
-    name: str = ""
+    __slots__ = ("name", "host", "port", "unknown_tagged_fields",)
+
+    name: str
     """The name of the endpoint (versions 0+)"""
-    host: str = ""
+    host: str
     """The hostname (versions 0+)"""
-    port: int = 0
+    port: int
     """The port (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        host: str = "",
+        port: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class KRaftVersionFeature:
+
+class KRaftVersionFeature(Fields):
     """A KRaftVersionFeature of VotersRecord."""
 
-    min_supported_version: int = 0
+    __slots__ = ("min_supported_version", "max_supported_version", "unknown_tagged_fields",)
+
+    min_supported_version: int
     """The minimum supported KRaft protocol version (versions 0+)"""
-    max_supported_version: int = 0
+    max_supported_version: int
     """The maximum supported KRaft protocol version (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        min_supported_version: int = 0,
+        max_supported_version: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.min_supported_version = min_supported_version
+        self.max_supported_version = max_supported_version
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class Voter:
+
+class Voter(Fields):
     """A Voter of VotersRecord."""
 
-    voter_id: int = 0
+    __slots__ = ("voter_id", "voter_directory_id", "endpoints", "k_raft_version_feature", "unknown_tagged_fields",)
+
+    voter_id: int
     """The replica id of the voter in the topic partition (versions 0+)"""
-    voter_directory_id: UUID = ZERO_UUID
+    voter_directory_id: UUID
     """The directory id of the voter in the topic partition (versions 0+)"""
-    endpoints: list[Endpoint] = field(default_factory=list)
+    endpoints: list[Endpoint]
     """The endpoint that can be used to communicate with the voter (versions 0+)"""
-    k_raft_version_feature: KRaftVersionFeature = field(default_factory=KRaftVersionFeature)
+    k_raft_version_feature: KRaftVersionFeature
     """The range of versions of the protocol that the replica supports (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        voter_id: int = 0,
+        voter_directory_id: UUID = ZERO_UUID,
+        endpoints: list[Endpoint] = MISSING,
+        k_raft_version_feature: KRaftVersionFeature = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
+        self.endpoints = list() if endpoints is MISSING else endpoints
+        self.k_raft_version_feature = KRaftVersionFeature() if k_raft_version_feature is MISSING else k_raft_version_feature
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class VotersRecord(Message):
     """VotersRecord: versions 0, flexible 0."""
 
@@ -78,12 +115,24 @@ class VotersRecord(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    version: int = 0
+    __slots__ = ("version", "voters", "unknown_tagged_fields",)
+
+    version: int
     """The version of the voters record (versions 0+)"""
-    voters: list[Voter] = field(default_factory=list)
+    voters: list[Voter]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        version: int = 0,
+        voters: list[Voter] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.version = version
+        self.voters = list() if voters is MISSING else voters
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_endpoint_v0(self: Endpoint, out: bytearray) -> None:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 from uuid import UUID
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     ZERO_UUID,
     Buffer,
@@ -25,53 +24,95 @@ _I32_I32_I32_I64 = Struct(">iiiq")
 _I64_I64_I8_I16 = Struct(">qqbh")
 
 
-@dataclass(slots=True)
-class StateBatch:
+class StateBatch(Fields):
     """A StateBatch of WriteShareGroupStateRequest."""
 
-    first_offset: int = 0
+    __slots__ = ("first_offset", "last_offset", "delivery_state", "delivery_count", "unknown_tagged_fields",)
+
+    first_offset: int
     """The base offset of this state batch. (versions 0+)"""
-    last_offset: int = 0
+    last_offset: int
     """The last offset of this state batch. (versions 0+)"""
-    delivery_state: int = 0
+    delivery_state: int
     """The state - 0:Available,2:Acked,4:Archived (versions 0+)"""
-    delivery_count: int = 0
+    delivery_count: int
     """The delivery count. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        first_offset: int = 0,
+        last_offset: int = 0,
+        delivery_state: int = 0,
+        delivery_count: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.delivery_state = delivery_state
+        self.delivery_count = delivery_count
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class PartitionData:
+
+class PartitionData(Fields):
     """A PartitionData of WriteShareGroupStateRequest."""
 
-    partition: int = 0
+    __slots__ = ("partition", "state_epoch", "leader_epoch", "start_offset", "state_batches", "unknown_tagged_fields",)
+
+    partition: int
     """The partition index. (versions 0+)"""
-    state_epoch: int = 0
+    state_epoch: int
     """The state epoch for this share-partition. (versions 0+)"""
-    leader_epoch: int = 0
+    leader_epoch: int
     """The leader epoch of the share-partition. (versions 0+)"""
-    start_offset: int = 0
+    start_offset: int
     """The share-partition start offset, or -1 if the start offset is not being written. (versions 0+)"""
-    state_batches: list[StateBatch] = field(default_factory=list)
+    state_batches: list[StateBatch]
     """(versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition: int = 0,
+        state_epoch: int = 0,
+        leader_epoch: int = 0,
+        start_offset: int = 0,
+        state_batches: list[StateBatch] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition = partition
+        self.state_epoch = state_epoch
+        self.leader_epoch = leader_epoch
+        self.start_offset = start_offset
+        self.state_batches = list() if state_batches is MISSING else state_batches
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class WriteStateData:
+
+class WriteStateData(Fields):
     """A WriteStateData of WriteShareGroupStateRequest."""
 
-    topic_id: UUID = ZERO_UUID
+    __slots__ = ("topic_id", "partitions", "unknown_tagged_fields",)
+
+    topic_id: UUID
     """The topic identifier. (versions 0+)"""
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData]
     """The data for the partitions. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        topic_id: UUID = ZERO_UUID,
+        partitions: list[PartitionData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class WriteShareGroupStateRequest(Message):
     """WriteShareGroupStateRequest (api key 85): versions 0, flexible 0."""
 
@@ -81,12 +122,24 @@ class WriteShareGroupStateRequest(Message):
     MAX_VERSION: ClassVar[int] = 0
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
-    group_id: str = ""
+    __slots__ = ("group_id", "topics", "unknown_tagged_fields",)
+
+    group_id: str
     """The group identifier. (versions 0+)"""
-    topics: list[WriteStateData] = field(default_factory=list)
+    topics: list[WriteStateData]
     """The data for the topics. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        group_id: str = "",
+        topics: list[WriteStateData] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_state_batch_v0(self: StateBatch, out: bytearray) -> None:

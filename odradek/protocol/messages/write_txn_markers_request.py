@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct, pack, unpack_from
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -26,37 +25,64 @@ _I32 = Struct(">i")
 _I64_I16_BOOL = Struct(">qh?")
 
 
-@dataclass(slots=True)
-class WritableTxnMarkerTopic:
+class WritableTxnMarkerTopic(Fields):
     """A WritableTxnMarkerTopic of WriteTxnMarkersRequest."""
 
-    name: str = ""
+    __slots__ = ("name", "partition_indexes", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    partition_indexes: list[int] = field(default_factory=list)
+    partition_indexes: list[int]
     """The indexes of the partitions to write transaction markers for. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partition_indexes: list[int] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partition_indexes = list() if partition_indexes is MISSING else partition_indexes
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class WritableTxnMarker:
+
+class WritableTxnMarker(Fields):
     """A WritableTxnMarker of WriteTxnMarkersRequest."""
 
-    producer_id: int = 0
+    __slots__ = ("producer_id", "producer_epoch", "transaction_result", "topics", "coordinator_epoch", "unknown_tagged_fields",)
+
+    producer_id: int
     """The current producer ID. (versions 0+)"""
-    producer_epoch: int = 0
+    producer_epoch: int
     """The current epoch associated with the producer ID. (versions 0+)"""
-    transaction_result: bool = False
+    transaction_result: bool
     """The result of the transaction to write to the partitions (false = ABORT, true = COMMIT). (versions 0+)"""
-    topics: list[WritableTxnMarkerTopic] = field(default_factory=list)
+    topics: list[WritableTxnMarkerTopic]
     """Each topic that we want to write transaction marker(s) for. (versions 0+)"""
-    coordinator_epoch: int = 0
+    coordinator_epoch: int
     """Epoch associated with the transaction state partition hosted by this transaction coordinator (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        transaction_result: bool = False,
+        topics: list[WritableTxnMarkerTopic] = MISSING,
+        coordinator_epoch: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.transaction_result = transaction_result
+        self.topics = list() if topics is MISSING else topics
+        self.coordinator_epoch = coordinator_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class WriteTxnMarkersRequest(Message):
     """WriteTxnMarkersRequest (api key 27): versions 0-1, flexible 1."""
 
@@ -66,10 +92,20 @@ class WriteTxnMarkersRequest(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 1
 
-    markers: list[WritableTxnMarker] = field(default_factory=list)
+    __slots__ = ("markers", "unknown_tagged_fields",)
+
+    markers: list[WritableTxnMarker]
     """The transaction markers to be written. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        markers: list[WritableTxnMarker] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.markers = list() if markers is MISSING else markers
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_writable_txn_marker_topic_v0(self: WritableTxnMarkerTopic, out: bytearray) -> None:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from struct import Struct
 from typing import ClassVar
 
-from odradek.protocol.message import Message
+from odradek.protocol.message import MISSING, Fields, Message
 from odradek.protocol.primitives import (
     INT32,
     Buffer,
@@ -26,43 +25,75 @@ _I32_I16 = Struct(">ih")
 _I64 = Struct(">q")
 
 
-@dataclass(slots=True)
-class WritableTxnMarkerPartitionResult:
+class WritableTxnMarkerPartitionResult(Fields):
     """A WritableTxnMarkerPartitionResult of WriteTxnMarkersResponse."""
 
-    partition_index: int = 0
+    __slots__ = ("partition_index", "error_code", "unknown_tagged_fields",)
+
+    partition_index: int
     """The partition index. (versions 0+)"""
-    error_code: int = 0
+    error_code: int
     """The error code, or 0 if there was no error. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class WritableTxnMarkerTopicResult:
+
+class WritableTxnMarkerTopicResult(Fields):
     """A WritableTxnMarkerTopicResult of WriteTxnMarkersResponse."""
 
-    name: str = ""
+    __slots__ = ("name", "partitions", "unknown_tagged_fields",)
+
+    name: str
     """The topic name. (versions 0+)"""
-    partitions: list[WritableTxnMarkerPartitionResult] = field(default_factory=list)
+    partitions: list[WritableTxnMarkerPartitionResult]
     """The results by partition. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        name: str = "",
+        partitions: list[WritableTxnMarkerPartitionResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.name = name
+        self.partitions = list() if partitions is MISSING else partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
-class WritableTxnMarkerResult:
+
+class WritableTxnMarkerResult(Fields):
     """A WritableTxnMarkerResult of WriteTxnMarkersResponse."""
 
-    producer_id: int = 0
+    __slots__ = ("producer_id", "topics", "unknown_tagged_fields",)
+
+    producer_id: int
     """The current producer ID in use by the transactional ID. (versions 0+)"""
-    topics: list[WritableTxnMarkerTopicResult] = field(default_factory=list)
+    topics: list[WritableTxnMarkerTopicResult]
     """The results by topic. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
 
+    def __init__(
+        self,
+        producer_id: int = 0,
+        topics: list[WritableTxnMarkerTopicResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.producer_id = producer_id
+        self.topics = list() if topics is MISSING else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
 
-@dataclass(slots=True)
+
 class WriteTxnMarkersResponse(Message):
     """WriteTxnMarkersResponse (api key 27): versions 0-1, flexible 1."""
 
@@ -72,10 +103,20 @@ class WriteTxnMarkersResponse(Message):
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 1
 
-    markers: list[WritableTxnMarkerResult] = field(default_factory=list)
+    __slots__ = ("markers", "unknown_tagged_fields",)
+
+    markers: list[WritableTxnMarkerResult]
     """The results for writing makers. (versions 0+)"""
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
     """Tagged fields this spec does not know, kept to be re-sent."""
+
+    def __init__(
+        self,
+        markers: list[WritableTxnMarkerResult] = MISSING,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.markers = list() if markers is MISSING else markers
+        self.unknown_tagged_fields = unknown_tagged_fields
 
 
 def _encode_writable_txn_marker_partition_result_v0(self: WritableTxnMarkerPartitionResult, out: bytearray) -> None:
