@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -17,7 +16,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from support.broker import BrokerProcess
-from support.registry import RegistryProcess, running_registry
+from support.registry import RegistryProcess, module_fixtures
 from support.wait import wait_until
 
 
@@ -34,23 +33,7 @@ V1 = avro_record("Order", ID, ITEM)
 V2 = avro_record("Order", ID, ITEM, EMAIL_DEFAULT)
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("registry-broker"),
-                            {"auto.create.topics.enable": "true",
-                             "group.initial.rebalance.delay.ms": "0"}).start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture(scope="module")
-def registry(broker: BrokerProcess) -> Iterator[RegistryProcess]:
-    yield from running_registry(broker.bootstrap)
-
-
-@pytest.fixture
-def client(registry: RegistryProcess) -> SchemaRegistryClient:
-    return SchemaRegistryClient({"url": registry.url})
+broker, registry, client = module_fixtures("registry-broker")
 
 
 def test_avro_round_trip_through_the_broker(broker: BrokerProcess, client: SchemaRegistryClient

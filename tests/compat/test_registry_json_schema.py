@@ -6,7 +6,6 @@ registered, the 409 refusals and the verbose compatibility answers."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from support.broker import BrokerProcess
-from support.registry import RegistryProcess, running_registry
+from support.registry import RegistryProcess, module_fixtures
 
 DRAFT7 = "http://json-schema.org/draft-07/schema#"
 
@@ -34,23 +33,7 @@ ITEM = {"type": "string"}
 EMAIL = {"type": "string"}
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("registry-json-broker"),
-                            {"auto.create.topics.enable": "true",
-                             "group.initial.rebalance.delay.ms": "0"}).start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture(scope="module")
-def registry(broker: BrokerProcess) -> Iterator[RegistryProcess]:
-    yield from running_registry(broker.bootstrap)
-
-
-@pytest.fixture
-def client(registry: RegistryProcess) -> SchemaRegistryClient:
-    return SchemaRegistryClient({"url": registry.url})
+broker, registry, client = module_fixtures("registry-json-broker")
 
 
 def test_backward_json_evolution_through_the_broker(

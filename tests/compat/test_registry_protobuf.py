@@ -9,7 +9,6 @@ The message classes are built at run time from FileDescriptorProtos: no protoc."
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, Proto
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 from support.broker import BrokerProcess
-from support.registry import RegistryProcess, running_registry
+from support.registry import RegistryProcess, module_fixtures
 
 from odradek.cli.main import main
 
@@ -79,23 +78,7 @@ message Order {
 """
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("registry-protobuf-broker"),
-                            {"auto.create.topics.enable": "true",
-                             "group.initial.rebalance.delay.ms": "0"}).start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture(scope="module")
-def registry(broker: BrokerProcess) -> Iterator[RegistryProcess]:
-    yield from running_registry(broker.bootstrap)
-
-
-@pytest.fixture
-def client(registry: RegistryProcess) -> SchemaRegistryClient:
-    return SchemaRegistryClient({"url": registry.url})
+broker, registry, client = module_fixtures("registry-protobuf-broker")
 
 
 def test_protobuf_round_trip_through_the_broker(broker: BrokerProcess,

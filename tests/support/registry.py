@@ -82,3 +82,31 @@ def running_registry(bootstrap: str, *extra: str) -> Iterator[RegistryProcess]:
     yield process
     process.stop()
     assert "Traceback" not in process.log_text(), process.log_text()
+
+
+def module_fixtures(name: str) -> tuple[Any, Any, Any]:
+    """The fixtures `broker`, `registry` and `client` (a SchemaRegistryClient) of a test
+    module that works against a registry of its own: assign them at module level,
+    `broker, registry, client = module_fixtures("registry-json")`."""
+    import pytest
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from support.broker import BrokerProcess
+
+    @pytest.fixture(scope="module")
+    def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+        process = BrokerProcess(tmp_path_factory.mktemp(name),
+                                {"auto.create.topics.enable": "true",
+                                 "group.initial.rebalance.delay.ms": "0"}).start()
+        yield process
+        process.stop()
+
+    @pytest.fixture(scope="module")
+    def registry(broker: BrokerProcess) -> Iterator[RegistryProcess]:
+        yield from running_registry(broker.bootstrap)
+
+    @pytest.fixture
+    def client(registry: RegistryProcess) -> SchemaRegistryClient:
+        return SchemaRegistryClient({"url": registry.url})
+
+    return broker, registry, client
