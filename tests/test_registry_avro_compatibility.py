@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from odradek.registry.avro_compatibility import (
-    COMPATIBILITY_LEVELS,
     AvroSchema,
     Incompatibility,
     IncompatibilityType,
@@ -22,6 +21,7 @@ from odradek.registry.avro_compatibility import (
     parse_text,
     reader_writer_incompatibilities,
 )
+from odradek.registry.state import COMPATIBILITY_LEVELS
 
 T = IncompatibilityType
 

@@ -23,6 +23,8 @@ from fastavro.schema import (
     to_parsing_canonical_form,
 )
 
+from odradek.registry.compatibility import first_incompatibility
+
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 _NAMED = frozenset({"record", "error", "enum", "fixed"})
 _COMPLEX = _NAMED | {"array", "map"}
@@ -36,8 +38,6 @@ _PROMOTIONS = {
     "string": {"bytes"},
 }
 
-COMPATIBILITY_LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD",
-                        "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE")
 
 _ORDERS = frozenset({"ASCENDING", "DESCENDING", "IGNORE"})
 _ABSENT = object()  # a field without a default (JSON null is a default: None)
@@ -497,24 +497,10 @@ def find_incompatibility(level: str, new: AvroSchema, existing: Sequence[AvroSch
     The messages are Confluent's Difference strings only: the caller adds {oldSchemaVersion},
     {oldSchema} and {validateFields, compatibility} as Confluent's REST answers do.
     """
-    name = level.upper()
-    if name not in COMPATIBILITY_LEVELS:
-        raise ValueError(f"Invalid compatibility level: {level!r}")
-    if name == "NONE" or not existing:
-        return None
-    last = len(existing) - 1
-    order = range(last, -1, -1) if name.endswith("_TRANSITIVE") else (last,)
-    mode = name.removesuffix("_TRANSITIVE")
-    for i in order:
-        messages = []
-        # FULL: Confluent lists what the old schema cannot read first.
-        if mode in ("FORWARD", "FULL"):  # the old schema reads data written with the new one
-            messages += _messages(existing[i], new, "old", "new")
-        if mode in ("BACKWARD", "FULL"):  # the new schema reads data written with the old one
-            messages += _messages(new, existing[i], "new", "old")
-        if messages:
-            return i, messages
-    return None
+    return first_incompatibility(
+        level, len(existing),
+        lambda i: _messages(existing[i], new, "old", "new"),  # the old schema reads the new
+        lambda i: _messages(new, existing[i], "new", "old"))  # the new schema reads the old
 
 
 def check_compatibility(level: str, new: AvroSchema, existing: Sequence[AvroSchema]

@@ -36,8 +36,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-COMPATIBILITY_LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD",
-                        "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE")
+from odradek.registry.compatibility import first_incompatibility
 
 # SchemaDiff.COMPATIBLE_CHANGES of Confluent 7.x: every other difference is incompatible.
 COMPATIBLE_CHANGES = frozenset({
@@ -1124,25 +1123,11 @@ def find_incompatibility(level: str, new: Any, existing: Sequence[Any],
     """The first of `existing` (oldest first; checked newest first, as Confluent does)
     that `new` may not follow under a level, as its index and Confluent's messages; None
     when `new` may follow them all. ValueError for an unknown level."""
-    name = level.upper()
-    if name not in COMPATIBILITY_LEVELS:
-        raise ValueError(f"Invalid compatibility level: {level!r}")
-    if name == "NONE" or not existing:
-        return None
-    last = len(existing) - 1
-    order = range(last, -1, -1) if name.endswith("_TRANSITIVE") else (last,)
-    mode = name.removesuffix("_TRANSITIVE")
-    for i in order:
-        messages = []
-        # As Confluent's SchemaValidatorBuilder: FULL lists what the old one cannot read
-        # first; BACKWARD diffs old (original) to new (update), labels "new" then "old".
-        if mode in ("FORWARD", "FULL"):
-            messages += _messages(new, existing[i], "old", "new", external)
-        if mode in ("BACKWARD", "FULL"):
-            messages += _messages(existing[i], new, "new", "old", external)
-        if messages:
-            return i, messages
-    return None
+    # Confluent diffs old (original) to new (update) for BACKWARD, labels "new" then "old".
+    return first_incompatibility(
+        level, len(existing),
+        lambda i: _messages(new, existing[i], "old", "new", external),
+        lambda i: _messages(existing[i], new, "new", "old", external))
 
 
 def check_compatibility(level: str, new: Any, existing: Sequence[Any],

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from odradek.registry.compatibility import first_incompatibility
 from odradek.registry.protobuf_schemas import (
     EnumProto,
     FieldProto,
@@ -19,7 +20,6 @@ from odradek.registry.protobuf_schemas import (
     MessageProto,
     ProtobufSchema,
 )
-from odradek.registry.state import COMPATIBILITY_LEVELS
 
 COMPATIBLE_CHANGES = frozenset({
     "MESSAGE_ADDED", "MESSAGE_MOVED", "ENUM_ADDED", "ENUM_REMOVED", "ENUM_CONST_ADDED",
@@ -131,23 +131,11 @@ def check_compatibility(level: str, new: ProtobufSchema, existing: Sequence[Prot
     """Confluent's messages saying why `new` may not follow `existing` (oldest first, checked
     newest first) under a compatibility level; empty when it may. ValueError for an unknown
     level."""
-    name = level.upper()
-    if name not in COMPATIBILITY_LEVELS:
-        raise ValueError(f"Invalid compatibility level: {level!r}")
-    if name == "NONE" or not existing:
-        return []
-    mode = name.removesuffix("_TRANSITIVE")
-    against = reversed(existing) if name.endswith("_TRANSITIVE") else existing[-1:]
-    for old in against:
-        messages = []
-        # FULL: Confluent lists what the old schema cannot read first.
-        if mode in ("FORWARD", "FULL"):  # the old schema reads data written with the new one
-            messages += _problems(new, old, "old", "new")
-        if mode in ("BACKWARD", "FULL"):  # the new schema reads data written with the old one
-            messages += _problems(old, new, "new", "old")
-        if messages:
-            return messages
-    return []
+    found = first_incompatibility(
+        level, len(existing),
+        lambda i: _problems(new, existing[i], "old", "new"),  # the old schema reads the new
+        lambda i: _problems(existing[i], new, "new", "old"))  # the new schema reads the old
+    return found[1] if found else []
 
 
 def _problems(writer: ProtobufSchema, reader: ProtobufSchema, reader_label: str,
