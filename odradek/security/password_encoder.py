@@ -16,18 +16,23 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Callable
+from typing import Any
 
-from cryptography.hazmat.primitives import hashes, padding
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
+from odradek.lazy_modules import lazy_module
+
+# Loaded when a password is first encoded or decoded, not with every broker.
+hashes = lazy_module("cryptography.hazmat.primitives.hashes")
+padding = lazy_module("cryptography.hazmat.primitives.padding")
+ciphers = lazy_module("cryptography.hazmat.primitives.ciphers")
+aead = lazy_module("cryptography.hazmat.primitives.ciphers.aead")
+pbkdf2 = lazy_module("cryptography.hazmat.primitives.kdf.pbkdf2")
 
 DEFAULT_KEY_FACTORY = "PBKDF2WithHmacSHA512"
 DEFAULT_CIPHER = "AES/CBC/PKCS5Padding"
 _KEY_FACTORIES: dict[str, Callable[[], hashes.HashAlgorithm]] = {
-    "PBKDF2WithHmacSHA512": hashes.SHA512,
-    "PBKDF2WithHmacSHA256": hashes.SHA256,
-    "PBKDF2WithHmacSHA1": hashes.SHA1,
+    "PBKDF2WithHmacSHA512": lambda: hashes.SHA512(),
+    "PBKDF2WithHmacSHA256": lambda: hashes.SHA256(),
+    "PBKDF2WithHmacSHA1": lambda: hashes.SHA1(),
 }
 _CIPHERS = ("AES/CBC/PKCS5Padding", "AES/GCM/NoPadding")
 _SALT_BYTES = 256  # Kafka's
@@ -67,12 +72,12 @@ class PasswordEncoder:
         }
         if self.cipher_algorithm.startswith("AES/GCM/"):
             iv = os.urandom(_GCM_IV_BYTES)
-            encrypted = AESGCM(key).encrypt(iv, plain, None)
+            encrypted = aead.AESGCM(key).encrypt(iv, plain, None)
             fields["authenticationTagLength"] = str(_GCM_TAG_BITS)
         else:
             iv = os.urandom(16)
             padder = padding.PKCS7(128).padder()
-            encryptor = Cipher(algorithms.AES(key), modes.CBC(iv)).encryptor()
+            encryptor = _aes_cbc(key, iv).encryptor()
             encrypted = encryptor.update(padder.update(plain) + padder.finalize()) + \
                 encryptor.finalize()
         fields["initializationVector"] = _b64(iv)
@@ -93,9 +98,9 @@ class PasswordEncoder:
             if cipher.startswith("AES/GCM/"):
                 if int(fields["authenticationTagLength"]) != _GCM_TAG_BITS:
                     raise PasswordEncoderError("only 128-bit GCM tags are supported")
-                plain = AESGCM(key).decrypt(iv, encrypted, None)
+                plain = aead.AESGCM(key).decrypt(iv, encrypted, None)
             else:
-                decryptor = Cipher(algorithms.AES(key), modes.CBC(iv)).decryptor()
+                decryptor = _aes_cbc(key, iv).decryptor()
                 unpadder = padding.PKCS7(128).unpadder()
                 padded = decryptor.update(encrypted) + decryptor.finalize()
                 plain = unpadder.update(padded) + unpadder.finalize()
@@ -111,7 +116,7 @@ class PasswordEncoder:
         return password
 
     def _key(self, key_factory: str, key_length: int, salt: bytes, iterations: int) -> bytes:
-        kdf = PBKDF2HMAC(_KEY_FACTORIES[key_factory](), key_length // 8, salt, iterations)
+        kdf = pbkdf2.PBKDF2HMAC(_KEY_FACTORIES[key_factory](), key_length // 8, salt, iterations)
         return kdf.derive(self._secret)
 
 
@@ -137,3 +142,7 @@ def _b64(data: bytes) -> str:
 def _java_length(text: str) -> int:
     """String.length() in Java: UTF-16 code units."""
     return len(text.encode("utf-16-le")) // 2
+
+
+def _aes_cbc(key: bytes, iv: bytes) -> Any:
+    return ciphers.Cipher(ciphers.algorithms.AES(key), ciphers.modes.CBC(iv))

@@ -41,11 +41,16 @@ import ssl
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import dsa, ec, rsa
-from cryptography.hazmat.primitives.serialization import pkcs12
+from odradek.lazy_modules import lazy_module
+
+# Loaded when a TLS setting is first read, not with every broker.
+x509 = lazy_module("cryptography.x509")
+serialization = lazy_module("cryptography.hazmat.primitives.serialization")
+dsa = lazy_module("cryptography.hazmat.primitives.asymmetric.dsa")
+ec = lazy_module("cryptography.hazmat.primitives.asymmetric.ec")
+rsa = lazy_module("cryptography.hazmat.primitives.asymmetric.rsa")
 
 __all__ = [
     "SslConfigError",
@@ -285,7 +290,10 @@ def _pem_private_key(
 # Keystores and truststores (DefaultSslEngineFactory.createKeystore / createTruststore)
 # ---------------------------------------------------------------------------------------------
 
-_PrivateKey = pkcs12.PKCS12PrivateKeyTypes  # RSA, DSA, EC, Ed25519, Ed448
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    _PrivateKey = pkcs12.PKCS12PrivateKeyTypes  # RSA, DSA, EC, Ed25519, Ed448
 
 
 @dataclass(frozen=True)
@@ -343,6 +351,8 @@ def _load_pkcs12(
             type_setting, f"{path!r} is a PEM file but the type is {store_type}: set it to PEM"
         )
     try:
+        from cryptography.hazmat.primitives.serialization import pkcs12
+
         store = pkcs12.load_pkcs12(data, password.encode() if password is not None else None)
     except ValueError:
         if password is None:

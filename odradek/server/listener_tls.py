@@ -24,14 +24,13 @@ import logging
 import ssl
 from collections.abc import Mapping
 
-from cryptography import x509
-
 from odradek.security.ssl_factory import (
     SslConfigError,
     client_ssl_context,
     keystore_certificate,
     server_ssl_context,
     ssl_settings_fingerprint,
+    x509,
 )
 
 log = logging.getLogger(__name__)
