@@ -323,6 +323,39 @@ class _LogHandler(logging.Handler):
             self.lines.append(self.format(record) + "\n")
 
 
+class _LogCapture:
+    """The "odradek" logger at INFO while brokers run in this process (their log tails
+    want the INFO lines), and as it was once the last of them has stopped."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._handlers: set[logging.Handler] = set()
+        self._level = logging.NOTSET
+
+    def attach(self, handler: logging.Handler) -> None:
+        logger = logging.getLogger("odradek")
+        with self._lock:
+            if not self._handlers:
+                self._level = logger.level
+                if logger.getEffectiveLevel() > logging.INFO:
+                    logger.setLevel(logging.INFO)
+            self._handlers.add(handler)
+            logger.addHandler(handler)
+
+    def detach(self, handler: logging.Handler) -> None:
+        logger = logging.getLogger("odradek")
+        with self._lock:
+            if handler not in self._handlers:
+                return  # detached already (a killed broker)
+            self._handlers.discard(handler)
+            logger.removeHandler(handler)
+            if not self._handlers:
+                logger.setLevel(self._level)
+
+
+_CAPTURE = _LogCapture()
+
+
 class _ThreadRunner:
     """The broker's event loop on a daemon thread of this process."""
 
@@ -343,10 +376,7 @@ class _ThreadRunner:
         from odradek.server.config import BrokerConfig
 
         self.server = KafkaServer(BrokerConfig.from_properties(self.settings), self.clock)
-        logger = logging.getLogger("odradek")
-        if logger.getEffectiveLevel() > logging.INFO:
-            logger.setLevel(logging.INFO)  # the log tail wants the broker's INFO lines
-        logger.addHandler(self.handler)
+        _CAPTURE.attach(self.handler)
         self.thread = threading.Thread(target=self._run, name="odradek-broker", daemon=True)
         self.thread.start()
         if not self.started.wait(timeout) or self.error is not None:
@@ -364,7 +394,7 @@ class _ThreadRunner:
             self.error = e
             self.started.set()
         finally:
-            logging.getLogger("odradek").removeHandler(self.handler)
+            _CAPTURE.detach(self.handler)
 
     def alive(self) -> bool:
         return self.thread is not None and self.thread.is_alive()
@@ -400,7 +430,7 @@ class _ThreadRunner:
 
         loop.call_soon_threadsafe(freeze)
         frozen.wait(10)
-        logging.getLogger("odradek").removeHandler(self.handler)
+        _CAPTURE.detach(self.handler)
         _close_descriptors(self.server)
 
     def abandon(self) -> None:

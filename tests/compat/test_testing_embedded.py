@@ -5,6 +5,7 @@ group's session timeout without sleeping), and the errors a test gets for bad in
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from typing import Any
@@ -111,6 +112,18 @@ def test_a_session_timeout_with_the_test_clock() -> None:
             stop.set()
             poller.join()
             consumer.close()
+
+
+def test_the_odradek_loggers_level_is_restored() -> None:
+    # The log tail wants the broker's INFO lines while it runs; afterwards the test
+    # process's logging is as it was (other tests' caplog assertions depend on it).
+    logger = logging.getLogger("odradek")
+    before = logger.level
+    with EmbeddedBroker() as broker:
+        assert logger.getEffectiveLevel() <= logging.INFO
+        broker.produce("t", "v")
+    assert logger.level == before
+    assert "created topic t" in broker.log_tail()
 
 
 def test_bad_input_gets_clear_errors() -> None:
