@@ -100,7 +100,6 @@ class RegisteredType:
     text: str
     named: tuple[tuple[str, str], ...]  # Avro: named types of its references (name, JSON)
     spark_type: DataType
-    nullable: bool
 
 
 def _named_of(client: Any, schema: Any, depth: int = 0) -> dict[str, Any]:
@@ -124,17 +123,17 @@ def _typed(client: Any, schema_id: int, version: int | None, schema: Any) -> Reg
         if schema_type == "AVRO":
             named = _named_of(client, schema)
             types = AvroTypes(document, named)
-            spark_type, nullable = types.spark_type, types.nullable
+            spark_type = types.spark_type
             named_docs = tuple((k, json.dumps(v)) for k, v in named.items())
         elif schema_type == "JSON":
-            spark_type, nullable, named_docs = JsonSchemaTypes(document).spark_type, True, ()
+            spark_type, named_docs = JsonSchemaTypes(document).spark_type, ()
         else:
             raise OdradekSchemaError(f"schema {schema_id} is {schema_type}: only AVRO and "
                                      "JSON schemas are read")
     except SchemaTypeError as e:
         raise OdradekSchemaError(f"schema {schema_id}: {e}") from None
     return RegisteredType(schema_id, version, schema_type, schema.schema_str, named_docs,
-                          spark_type, nullable)
+                          spark_type)
 
 
 def reader_type(fmt: ColumnFormat, wanted: DataType | None = None) -> RegisteredType:
@@ -187,7 +186,6 @@ class ColumnDecoder:
             import fastavro
 
             document = json.loads(reader.text)
-            self._avro_named = named
             self._reader_parsed = fastavro.parse_schema(document, named_schemas=dict(named))
             self.convert = AvroTypes(document, named).convert
         else:

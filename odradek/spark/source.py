@@ -52,18 +52,31 @@ def formatted_schema(options: ReadOptions) -> StructType:
                         {f.column: column_field(f, reader_type(f)) for f in options.formats})
 
 
-def column_decoder(options: ReadOptions, schema: StructType
+Decoding = dict[str, Any]  # column -> (ColumnFormat, RegisteredType): the readers' schemas
+
+
+def resolve_decoding(options: ReadOptions, schema: StructType) -> Decoding:
+    """On the driver, once per query: for each formatted column, the subject's version whose
+    type Spark planned the query with (in `schema`). Tasks decode with it, asking the
+    registry only for writer schemas they have not seen."""
+    if not options.formats:
+        return {}
+    from .registry_formats import reader_type
+
+    return {f.column: (f, reader_type(f, schema[f.column].dataType)) for f in options.formats}
+
+
+def column_decoder(decoding: Decoding, schema: StructType
                    ) -> Callable[[pa.RecordBatch], pa.RecordBatch] | None:
     """What turns a batch's wire-format key/value into typed columns (None when both are
-    binary): the subjects' versions whose types Spark planned the query with, in `schema`."""
-    if not options.formats:
+    binary)."""
+    if not decoding:
         return None
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from .registry_formats import ColumnDecoder, decode_batch, reader_type
+    from .registry_formats import ColumnDecoder, decode_batch
 
-    decoders = {f.column: ColumnDecoder(f, reader_type(f, schema[f.column].dataType))
-                for f in options.formats}
+    decoders = {column: ColumnDecoder(*spec) for column, spec in decoding.items()}
     target = to_arrow_schema(schema, timezone="UTC")
     return lambda batch: decode_batch(batch, decoders, target)
 
@@ -174,6 +187,7 @@ class OdradekBatchReader(DataSourceReader):
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
+        self.decoding = resolve_decoding(options, schema)
 
     def partitions(self) -> Sequence[InputPartition]:
         ranges = split_ranges(resolve_batch_ranges(self.options), self.options.min_partitions)
@@ -182,13 +196,13 @@ class OdradekBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RangePartition):
             return   # no ranges to read: Spark plans one empty InputPartition(None)
-        yield from read_batches(self.options, self.schema, partition.range)
+        yield from read_batches(self.options, self.schema, self.decoding, partition.range)
 
 
-def read_batches(options: ReadOptions, schema: StructType, r: OffsetRange
-                 ) -> Iterator[pa.RecordBatch]:
+def read_batches(options: ReadOptions, schema: StructType, decoding: Decoding,
+                 r: OffsetRange) -> Iterator[pa.RecordBatch]:
     """The records of one range as Arrow batches of the query's `schema`."""
-    decode = column_decoder(options, schema)
+    decode = column_decoder(decoding, schema)
     base = arrow_schema(options.include_headers)
     for chunk in read_range(options, r):
         batch = to_record_batch(chunk, base, options.include_headers)

@@ -26,7 +26,7 @@ from pyspark.sql.types import StructType
 from .offset_reader import OffsetReader
 from .options import LATEST, ReadOptions
 from .ranges import Marks, OdradekDataLossError, OffsetRange, split_ranges, starting_offsets
-from .source import RangePartition, read_batches
+from .source import RangePartition, read_batches, resolve_decoding
 
 Offsets = dict[str, dict[str, int]]
 
@@ -66,6 +66,7 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
+        self.decoding = resolve_decoding(options, schema)  # the query's schemas, kept
         self.target: dict[tuple[str, int], int] | None = None
         self._offset_reader: OffsetReader | None = None
         self._initial: Offsets | None = None
@@ -156,7 +157,7 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RangePartition):
             return   # no ranges to read: Spark plans one empty InputPartition(None)
-        yield from read_batches(self.options, self.schema, partition.range)
+        yield from read_batches(self.options, self.schema, self.decoding, partition.range)
 
     def commit(self, end: Offsets) -> None:
         # Spark checkpoints offsets itself; nothing is committed to the broker.
