@@ -132,7 +132,7 @@ class ConsoleClient:
                                         request_timeout_ms=request_timeout_ms)
 
     async def close(self) -> None:
-        self.client.close()
+        await self.client.close()
 
     async def _send(self, broker_id: int, request: Any, api_version: int | None = None) -> Any:
         self.client.update_endpoints({b.id: (host, port) for b, host, port
