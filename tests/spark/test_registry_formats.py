@@ -274,6 +274,11 @@ def test_a_streaming_query_follows_a_schema_that_evolves_mid_stream(
             # not a column yet, nothing fails.
             wait_for(lambda: len(rows()) == 20, "the v2 records, as v1 rows")
             assert query.isActive
+            # Stopped before its commit, Spark would replay that micro-batch after the
+            # restart, with version 2: wait until the batch's progress (after the commit).
+            last = max(batches)
+            wait_for(lambda: (query.lastProgress or {}).get("batchId", -1) >= last,
+                     f"micro-batch {last} committed")
             query.stop()
         else:
             error = await_query(query, 60)
