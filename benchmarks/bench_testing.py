@@ -12,7 +12,12 @@ acknowledged (acks=all) by a confluent-kafka producer:
 - thread, second broker: another EmbeddedBroker in the same process (a test after the
   first: what each function-scoped fixture costs);
 - process: EmbeddedBroker(mode="process"), a child `python -m odradek serve`;
-- cluster: EmbeddedCluster() of 3 brokers in the process and a private ZooKeeper.
+- cluster: EmbeddedCluster() of 3 brokers in the process and a private ZooKeeper;
+- pytest: what the `odradek_broker` fixture adds to a test session: the wall time of
+  `pytest` running one test that produces a record to the fixture's broker, less that of
+  the same session running the same test without odradek (`-p no:odradek`, the record
+  not sent). Inside pytest, what a bare interpreter also pays (importlib.metadata, which
+  the crc32c package imports, among others) is already loaded.
 
 Baselines measured in the same run: the interpreter's own start (`python -c pass`) and
 importing confluent-kafka, which every case pays. Memory: the test process's RSS growth
@@ -30,7 +35,23 @@ import sys
 import tempfile
 import time
 
-TARGETS = {"thread": 0.5, "process": 1.5, "cluster": 3.0}
+TARGETS = {"thread": 0.5, "process": 1.5, "cluster": 3.0, "pytest": 0.5}
+
+SESSION_TEST = r"""
+import os
+from confluent_kafka import Producer
+
+def test_one(request):
+    if os.environ["BENCH_SESSION"] == "without":
+        Producer({"bootstrap.servers": "127.0.0.1:9"})
+        return
+    bootstrap = request.getfixturevalue("bootstrap_servers")
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    done = []
+    producer.produce("first", b"x", on_delivery=lambda err, msg: done.append(err))
+    producer.flush(30)
+    assert done == [None], done
+"""
 
 CASE = r"""
 import json, os, sys, time
@@ -80,6 +101,13 @@ def run(argv: list[str], env: dict[str, str]) -> float:
     return time.monotonic() - began
 
 
+def session(with_broker: bool, directory: str, env: dict[str, str]) -> float:
+    """One pytest session's wall time, with or without the odradek_broker fixture."""
+    plugins = ["no:cacheprovider"] + ([] if with_broker else ["no:odradek"])
+    argv = [sys.executable, "-m", "pytest", "-q", *(f"-p{p}" for p in plugins), directory]
+    return run(argv, {**env, "BENCH_SESSION": "with" if with_broker else "without"})
+
+
 def case(name: str, env: dict[str, str]) -> dict[str, float]:
     done = subprocess.run([sys.executable, "-c", CASE, name], check=True, env=env,
                           capture_output=True, text=True)
@@ -106,10 +134,19 @@ def main() -> None:
           f"+ import confluent_kafka {client * 1000:.0f} ms (paid by every case below)")
     results = {name: [case(name, env) for _ in range(args.repeat)]
                for name in ("thread", "process", "cluster")}
+    tests = tempfile.mkdtemp(prefix="bench-testing-session-")
+    with open(os.path.join(tests, "test_session.py"), "w") as f:
+        f.write(SESSION_TEST)
+    session(True, tests, env)  # warms the bytecode cache of pytest and the test
+    sessions = [(session(False, tests, env), session(True, tests, env))
+                for _ in range(args.repeat)]
+    without = statistics.median(w for w, _ in sessions)
+    results["pytest"] = [{"seconds": b - w} for w, b in sessions]
     rows = [("thread (first in the process)", "thread", "seconds"),
             ("thread (next in the process)", "thread", "second_seconds"),
             ("process", "process", "seconds"),
-            ("cluster of 3 + ZooKeeper", "cluster", "seconds")]
+            ("cluster of 3 + ZooKeeper", "cluster", "seconds"),
+            ("pytest session, + odradek_broker", "pytest", "seconds")]
     print(f"{'case':32} {'start -> first produce':>24} {'target':>8} {'ratio':>6}")
     for label, name, key in rows:
         seconds = statistics.median(r[key] for r in results[name])
@@ -119,6 +156,8 @@ def main() -> None:
         rss = statistics.median(r["rss_kib"] for r in results[name]) / 1024
         what = "test process grew by" if name == "thread" else "child process RSS"
         print(f"memory, {name}: {what} {rss:.0f} MiB")
+    print(f"the pytest row: a session of one test takes {without * 1000:.0f} ms without "
+          "odradek; the figure is what the fixture's broker adds to it")
     print("the process-start figures include the interpreter start and the client import "
           "above; docs/testing.md compares them with testcontainers and pytest-kafka")
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from odradek.protocol.api_keys import API_SPECS, ApiKey
 from odradek.protocol.errors import ErrorCode
@@ -48,10 +48,12 @@ from odradek.security.acl import (
     new_acl_binding,
     new_acl_binding_filter,
 )
-from odradek.security.acl_store import AclStore
-from odradek.security.authorizer import AclAuthorizer
 from odradek.security.principal import ANONYMOUS, KafkaPrincipal
 from odradek.server.network import RequestContext
+
+if TYPE_CHECKING:  # loaded with an authorizer only (the store's kazoo, for a cluster)
+    from odradek.security.acl_store import AclStore
+    from odradek.security.authorizer import AclAuthorizer
 
 log = logging.getLogger(__name__)
 

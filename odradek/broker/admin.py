@@ -31,13 +31,12 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from odradek.broker.auth_helper import ALLOW_ALL, AclOperation, AuthHelper, ResourceType
 from odradek.broker.config_manager import ConfigManager
 from odradek.broker.replica_manager import ReplicaManager
-from odradek.cluster.controller import Controller, InvalidRequestError
-from odradek.cluster.kafka_controller import KafkaController, NotControllerError
+from odradek.cluster.controller import Controller, InvalidRequestError, NotControllerError
 from odradek.cluster.topics import InvalidTopicError, is_internal
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
@@ -70,6 +69,9 @@ from odradek.server.quota_manager import (
     ControllerMutationQuota,
     QuotaManagers,
 )
+
+if TYPE_CHECKING:
+    from odradek.cluster.kafka_controller import KafkaController  # kazoo: a cluster's only
 
 log = logging.getLogger(__name__)
 

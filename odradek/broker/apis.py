@@ -15,7 +15,7 @@ import inspect
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from odradek.broker.acl_apis import AclApis, cluster_authorize
 from odradek.broker.admin import AdminManager
@@ -28,7 +28,6 @@ from odradek.broker.auth_helper import (
 )
 from odradek.broker.describe_producers import describe_producers_handler
 from odradek.broker.fetch_session import FetchSessionCache
-from odradek.broker.inter_broker_apis import InterBrokerApis
 from odradek.broker.inter_broker_guard import INTER_BROKER_APIS
 from odradek.broker.inter_broker_guard import refused as inter_broker_refused
 from odradek.broker.metadata_cache import MetadataCache
@@ -78,11 +77,14 @@ from odradek.protocol.messages.produce_request import ProduceRequest
 from odradek.protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
 from odradek.protocol.primitives import ZERO_UUID
 from odradek.protocol.records import RecordBatchHeader
-from odradek.security.acl_store import AclStore
 from odradek.server.config import BrokerConfig
 from odradek.server.network import CloseConnection, RequestContext
 from odradek.server.response import FileRecords
 from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
+
+if TYPE_CHECKING:  # a cluster's and an authorizer's only: kazoo is not loaded without them
+    from odradek.broker.inter_broker_apis import InterBrokerApis
+    from odradek.security.acl_store import AclStore
 
 log = logging.getLogger(__name__)
 

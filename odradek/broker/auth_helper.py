@@ -9,10 +9,13 @@ operations of KIP-430 are all of a resource type's.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from odradek.security.acl import CLUSTER_NAME, AclOperation, ResourceType, supported_operations
-from odradek.security.authorizer import AclAuthorizer
 from odradek.server.network import RequestContext
+
+if TYPE_CHECKING:
+    from odradek.security.authorizer import AclAuthorizer  # loaded with an authorizer only
 
 __all__ = ["CLUSTER_NAME", "AclOperation", "AuthHelper", "ResourceType"]
 

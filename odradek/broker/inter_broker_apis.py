@@ -24,7 +24,8 @@ from typing import Any, cast
 
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.replica_manager import ReplicaManager
-from odradek.cluster.kafka_controller import IsrChange, KafkaController, NotControllerError
+from odradek.cluster.controller import NotControllerError
+from odradek.cluster.kafka_controller import IsrChange, KafkaController
 from odradek.cluster.metadata import PartitionState
 from odradek.cluster.zookeeper.store import ZooKeeperMetadataStore
 from odradek.protocol.api_keys import ApiKey

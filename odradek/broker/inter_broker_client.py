@@ -75,7 +75,6 @@ from odradek.protocol.messages.sasl_handshake_request import SaslHandshakeReques
 from odradek.protocol.messages.sasl_handshake_response import SaslHandshakeResponse
 from odradek.protocol.primitives import INT32
 from odradek.security.sasl import SaslAuthenticationError
-from odradek.security.sasl.client import create_sasl_client
 
 if TYPE_CHECKING:
     from odradek.broker.inter_broker_security import InterBrokerSecurity
@@ -334,6 +333,8 @@ class BrokerConnection:
         to re-authenticate, on one with no other request allowed out meanwhile. Raises
         DisconnectedError (AuthenticationFailedError when the credentials are refused or
         the broker cannot prove itself); the caller closes the connection."""
+        from odradek.security.sasl.client import create_sasl_client  # SCRAM: loaded here
+
         mechanism = security.sasl_mechanism
         assert mechanism is not None and security.username is not None
         assert security.password is not None

@@ -34,9 +34,7 @@ from odradek.broker.auth_helper import ALLOW_ALL, AuthHelper
 from odradek.broker.config_manager import CLUSTER_DEFAULT_ENTITY, load_dynamic_broker_configs
 from odradek.broker.controller_channel import ControllerChannelManager
 from odradek.broker.health import broker_readiness
-from odradek.broker.inter_broker_apis import InterBrokerApis
 from odradek.broker.inter_broker_client import DisconnectedError, InterBrokerClient
-from odradek.broker.inter_broker_security import InterBrokerSecurity, inter_broker_security
 from odradek.broker.metadata_cache import Broker, MetadataCache
 from odradek.broker.producer_ids import ProducerIdManager
 from odradek.broker.quota_apis import QuotaApis
@@ -46,10 +44,7 @@ from odradek.broker.scram_apis import ScramApis
 from odradek.broker.txn_verification import TransactionVerifier
 from odradek.cluster.controller import Controller
 from odradek.cluster.embedded import EmbeddedMetadataStore
-from odradek.cluster.kafka_controller import KafkaController
 from odradek.cluster.metadata import MetadataStore
-from odradek.cluster.zk_topic_admin import ZkTopicAdmin
-from odradek.cluster.zookeeper.znodes import BrokerEndpoint, desanitize
 from odradek.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from odradek.coordinator.group.group_metadata_manager import GroupMetadataManager, OffsetConfig
 from odradek.coordinator.timer import AsyncioTimer, SystemTime, Time, Timer, TimerTask
@@ -64,11 +59,8 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.exceptions import KafkaError
 from odradek.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
 from odradek.protocol.messages.controlled_shutdown_response import ControlledShutdownResponse
-from odradek.security.acl_store import AclStore, EmbeddedAclStore, ZkAclStore
-from odradek.security.authorizer import AclAuthorizer, parse_super_users
 from odradek.security.credential_cache import CredentialCache
 from odradek.security.principal import ANONYMOUS, KafkaPrincipal
-from odradek.security.ssl_factory import SslConfigError, reload_client_context
 from odradek.server.channel_builder import (
     SSL_CONFIGS,
     build_listener_security,
@@ -87,9 +79,16 @@ from odradek.storage.log_dir import LogDir, lock_log_dir
 from odradek.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
+    # A ZooKeeper cluster's parts (and kazoo) load in startup() when zookeeper.connect is
+    # set, the ACL store with an authorizer, TLS and SCRAM with a listener that uses them:
+    # a single node starts without them.
+    from odradek.broker.inter_broker_apis import InterBrokerApis
+    from odradek.broker.inter_broker_security import InterBrokerSecurity
+    from odradek.cluster.kafka_controller import KafkaController
     from odradek.cluster.zookeeper.store import ZkWatch, ZooKeeperMetadataStore
     from odradek.console import Console
     from odradek.registry.server import RegistryServer
+    from odradek.security.acl_store import AclStore
     from odradek.server.http_server import HttpServer
 
 log = logging.getLogger(__name__)
@@ -174,14 +173,18 @@ class KafkaServer:
         self.credentials.load(await asyncio.to_thread(store.user_configs))
         # How this broker connects to the others: the inter-broker listener's TLS and
         # SASL (sasl.mechanism.inter.broker.protocol, its JAAS line's username/password).
-        self.inter_broker_security = (inter_broker_security(config)
-                                      if zk_store is not None else None)
+        if zk_store is not None:
+            from odradek.broker.inter_broker_security import inter_broker_security
+
+            self.inter_broker_security = inter_broker_security(config)
         security = {li.name: build_listener_security(config, li, self.credentials.lookup)
                     for li in config.listeners if li.security_protocol != "PLAINTEXT"}
         auth = self.auth = await self._start_authorizer(config, zk_store)
         cache: MetadataCache
         controller: Controller
         if zk_store is not None:
+            from odradek.cluster.zk_topic_admin import ZkTopicAdmin
+
             cache = MetadataCache(config.node_id, store.cluster_id)
             controller = ZkTopicAdmin(
                 config.node_id, zk_store, cache.topics, cache.topics_by_id,
@@ -238,6 +241,9 @@ class KafkaServer:
         self.transaction_coordinator.startup()
         inter_broker: InterBrokerApis | None = None
         if zk_store is not None:
+            from odradek.broker.inter_broker_apis import InterBrokerApis
+            from odradek.cluster.kafka_controller import KafkaController
+
             self.kafka_controller = KafkaController(
                 config.node_id, zk_store,
                 ControllerChannelManager(InterBrokerClient(
@@ -305,6 +311,8 @@ class KafkaServer:
             [(li.name, li.host, li.port) for li in config.listeners], security)
         endpoints = self._advertised_endpoints()
         if zk_store is not None:
+            from odradek.cluster.zookeeper.znodes import BrokerEndpoint
+
             assert self.kafka_controller is not None
             # Registered once the listeners are bound: the controller's first request
             # comes at once.
@@ -330,6 +338,8 @@ class KafkaServer:
             from odradek.server.http_server import HttpServer
 
             if config.get("http.console.enabled"):
+                from odradek.broker.inter_broker_security import inter_broker_security
+
                 self.console = console_for(self, self.inter_broker_security
                                            or inter_broker_security(config))
             self.http_server = HttpServer(
@@ -424,6 +434,8 @@ class KafkaServer:
     def _config_changes(self, entities: list[str]) -> None:
         """Config changes another broker wrote to ZooKeeper (its change notifications):
         a topic's overrides apply to this broker's replicas at once."""
+        from odradek.cluster.zookeeper.znodes import desanitize
+
         for entity in entities:
             kind, _, name = entity.partition("/")
             if kind == "topics":
@@ -442,10 +454,14 @@ class KafkaServer:
         notifications); its store is /kafka-acl on ZooKeeper, acls.json on one node."""
         if not config.get("authorizer.class.name"):
             return ALLOW_ALL
+        from odradek.security.authorizer import AclAuthorizer, parse_super_users
+
         super_users = parse_super_users(config.get("super.users") or "")
         # Brokers send each other LeaderAndIsr, Fetch, AddPartitionsToTxn... which need
         # CLUSTER_ACTION: the principal they connect as must be a super user, as in Kafka.
         # So do the web console's requests (odradek/console), on a single node too.
+        from odradek.broker.inter_broker_security import inter_broker_security
+
         console = bool(config.http_listeners) and config.get("http.console.enabled")
         security = (self.inter_broker_security if zk_store is not None
                     else inter_broker_security(config) if console else None)
@@ -464,6 +480,8 @@ class KafkaServer:
         authorizer = AclAuthorizer(
             super_users=super_users,
             allow_everyone_if_no_acl_found=config.get("allow.everyone.if.no.acl.found"))
+        from odradek.security.acl_store import EmbeddedAclStore, ZkAclStore
+
         store: AclStore = (ZkAclStore(zk_store.client) if zk_store is not None
                            else EmbeddedAclStore(config.log_dirs[0] / ACL_FILE))
         await asyncio.to_thread(store.start, authorizer.apply)
@@ -554,6 +572,8 @@ class KafkaServer:
                 log.info("listener %s: reloaded its TLS keystore and truststore; new "
                          "connections use them", security.name)
             if client_values is not None:
+                from odradek.security.ssl_factory import SslConfigError, reload_client_context
+
                 assert self.inter_broker_security is not None
                 assert self.inter_broker_security.ssl_context is not None
                 try:

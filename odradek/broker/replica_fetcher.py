@@ -37,7 +37,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from odradek.broker.inter_broker_client import (
     DEFAULT_CLIENT_ID,
@@ -45,7 +45,6 @@ from odradek.broker.inter_broker_client import (
     InterBrokerClient,
     RequestBuilder,
 )
-from odradek.broker.inter_broker_security import InterBrokerSecurity
 from odradek.metrics.stats import BrokerTopicStats
 from odradek.protocol.api_keys import ApiKey
 from odradek.protocol.errors import ErrorCode
@@ -77,6 +76,9 @@ from odradek.protocol.records import iter_batch_headers
 from odradek.storage.errors import RecordBatchTooLargeError
 from odradek.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from odradek.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, LogAppendInfo
+
+if TYPE_CHECKING:
+    from odradek.broker.inter_broker_security import InterBrokerSecurity
 
 log = logging.getLogger(__name__)
 

@@ -31,13 +31,6 @@ from odradek.protocol.messages.describe_user_scram_credentials_request import (
     DescribeUserScramCredentialsRequest,
 )
 from odradek.security.credential_cache import CredentialCache
-from odradek.security.sasl.scram import (
-    MAX_ITERATIONS,
-    MIN_ITERATIONS,
-    credential_from_salted_password,
-    format_credential,
-    parse_credential,
-)
 from odradek.server.network import RequestContext
 
 log = logging.getLogger(__name__)
@@ -104,6 +97,14 @@ class ScramApis:
         return describe_response.DescribeUserScramCredentialsResponse(results=results)
 
     async def handle_alter(self, request: Request, context: RequestContext) -> Message:
+        # SCRAM's hashing loads with the first request that needs it.
+        from odradek.security.sasl.scram import (
+            MAX_ITERATIONS,
+            MIN_ITERATIONS,
+            credential_from_salted_password,
+            format_credential,
+        )
+
         body = cast(AlterUserScramCredentialsRequest, request.body)
         if not self.auth.authorize_cluster(context, AclOperation.ALTER):
             return alter_response.AlterUserScramCredentialsResponse(results=[
@@ -181,6 +182,8 @@ def _common_problem(user: str, mechanism: int, pairs: Counter[tuple[str, int]]
 
 
 def _credential_infos(configs: dict[str, str]) -> list[describe_response.CredentialInfo]:
+    from odradek.security.sasl.scram import parse_credential
+
     infos = []
     for mechanism, code in MECHANISM_TYPES.items():
         if mechanism in configs:

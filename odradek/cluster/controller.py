@@ -58,6 +58,10 @@ class InvalidRequestError(KafkaError):
     error_code = ErrorCode.INVALID_REQUEST
 
 
+class NotControllerError(Exception):
+    """This broker is not the active controller (of a ZooKeeper cluster)."""
+
+
 class PartitionListener(Protocol):
     async def become_leader(self, topic: TopicMetadata, partitions: list[int]) -> None: ...
 

@@ -29,6 +29,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 from odradek.broker.inter_broker_client import RequestBuilder
 from odradek.cluster import election
+from odradek.cluster.controller import NotControllerError
 from odradek.cluster.metadata import PartitionState, TopicMetadata
 from odradek.cluster.zookeeper.store import (
     ControllerMovedError,
@@ -94,10 +95,6 @@ class IsrChange:
 class IsrChangeResult:
     error_code: int
     state: PartitionState | None = None
-
-
-class NotControllerError(Exception):
-    """This broker is not the active controller."""
 
 
 class BrokerNotAvailableError(KafkaError):

@@ -5,31 +5,24 @@ fetches) and `requests` (the SocketServer, per request); everything else is read
 the broker's components when scraped (collectors.py). Several brokers may live in one
 process (tests): nothing here touches prometheus_client's global registry.
 
-The HTTP listener serves `exposition(accept_header)` at /metrics.
+The HTTP listener serves `exposition(accept_header)` at /metrics. prometheus_client and
+the collectors load at the first scrape: a broker nobody scrapes (a test's) never pays
+for them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
-
-from odradek.metrics.collectors import (
-    BrokerTopicCollector,
-    ControllerCollector,
-    GroupLagCollector,
-    ReplicaManagerCollector,
-    RequestCollector,
-    SafeCollector,
-    SocketServerCollector,
-)
-from odradek.metrics.render import render
 from odradek.metrics.stats import BrokerTopicStats, RequestMetrics
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from odradek.broker.kafka_server import KafkaServer
+    from odradek.metrics.collectors import SafeCollector
 
 # exposition_async renders larger scrapes in a worker thread (a thousand partitions make
 # about 5,000 samples: some 25 ms of rendering).
@@ -47,7 +40,19 @@ class BrokerMetrics:
         # committed offsets of, as the console's history sampler last heard them from
         # their leaders (for the group lag of a cluster's coordinator).
         self.remote_high_watermarks: dict[tuple[str, int], int] = {}
-        self.collectors: list[SafeCollector] = [
+
+    @functools.cached_property
+    def collectors(self) -> list[SafeCollector]:
+        from odradek.metrics.collectors import (
+            BrokerTopicCollector,
+            ControllerCollector,
+            GroupLagCollector,
+            ReplicaManagerCollector,
+            RequestCollector,
+            SocketServerCollector,
+        )
+
+        return [
             BrokerTopicCollector(self.topic_stats, self._known_topics),
             RequestCollector(self.requests),
             ReplicaManagerCollector(self._get("replica_manager")),
@@ -57,9 +62,15 @@ class BrokerMetrics:
             GroupLagCollector(self._get("group_coordinator"), self._get("replica_manager"),
                               self.remote_high_watermarks),
         ]
-        self.registry = CollectorRegistry(auto_describe=False)
+
+    @functools.cached_property
+    def registry(self) -> CollectorRegistry:
+        from prometheus_client import CollectorRegistry
+
+        registry = CollectorRegistry(auto_describe=False)
         for collector in self.collectors:
-            self.registry.register(collector)
+            registry.register(collector)
+        return registry
 
     def _get(self, attribute: str) -> Any:
         return lambda: getattr(self.server, attribute, None)
@@ -86,6 +97,10 @@ class BrokerMetrics:
     def exposition(self, accept_header: str | None = None) -> tuple[bytes, str]:
         """The metrics as /metrics answers them: (body, content type), in the Prometheus
         text format or, when the scraper's Accept header asks for it, OpenMetrics."""
+        from prometheus_client.exposition import choose_encoder
+
+        from odradek.metrics.render import render
+
         _, content_type = choose_encoder(accept_header or "")
         # prometheus_client chooses the format; render.py writes it, several times faster.
         return (render(self.registry.collect(),
@@ -97,6 +112,10 @@ class BrokerMetrics:
         the loop (it owns it) in slices between which the loop serves other work, and a
         large scrape's text is written in a worker thread (the collected families are
         plain data, the loop's no more), so the loop is never held for the whole of it."""
+        from prometheus_client.exposition import choose_encoder
+
+        from odradek.metrics.render import render
+
         _, content_type = choose_encoder(accept_header or "")
         openmetrics = content_type.startswith("application/openmetrics-text")
         families = [family for collector in self.collectors

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from odradek.security.sasl.scram import ScramCredential, parse_credential
+if TYPE_CHECKING:
+    from odradek.security.sasl.scram import ScramCredential
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,8 @@ class CredentialCache:
 
     def update_user(self, user: str, configs: Mapping[str, str] | None) -> None:
         """A user's configs as stored now (None: none at all)."""
+        from odradek.security.sasl.scram import parse_credential  # with SCRAM users only
+
         for mechanism in SCRAM_MECHANISMS:
             stored = (configs or {}).get(mechanism)
             if stored is None:

@@ -14,21 +14,23 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from odradek.security.jaas import parse_jaas_config
 from odradek.security.sasl import (
     ENABLED_MECHANISMS_SUPPORTED,
     SaslServer,
     create_sasl_server,
     validate_server_config,
 )
-from odradek.security.sasl.scram import ScramCredential
-from odradek.security.ssl_factory import SslConfigError
 from odradek.security.ssl_principal import SslPrincipalMapper
 from odradek.server.authenticator import SaslServerAuthenticator
 from odradek.server.config import BROKER_CONFIGS, BrokerConfig, Listener
-from odradek.server.listener_tls import ReloadableSslContext
 from odradek.storage.errors import InvalidConfigError
+
+if TYPE_CHECKING:  # TLS and SCRAM load with a listener that uses them
+    from odradek.security.sasl.scram import ScramCredential
+    from odradek.security.ssl_factory import SslConfigError
+    from odradek.server.listener_tls import ReloadableSslContext
 
 SSL_PROTOCOLS = ("SSL", "SASL_SSL")
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
@@ -42,7 +44,7 @@ _MECHANISM_CONFIGS = (
     "connections.max.reauth.ms",
 )
 
-CredentialLookup = Callable[[str, str], ScramCredential | None]
+CredentialLookup = Callable[[str, str], "ScramCredential | None"]
 
 
 def _now_ms() -> int:
@@ -106,6 +108,8 @@ def prepare_tls_reload(config: BrokerConfig, security: ListenerSecurity, listene
                        ) -> ssl.SSLContext | None:
     """The new context of a TLS listener whose keystore or truststore settings or files
     changed (None when they did not). Raises InvalidConfigError naming the setting."""
+    from odradek.security.ssl_factory import SslConfigError
+
     assert security.tls is not None
     try:
         return security.tls.prepare(listener_ssl_values(config, listener))
@@ -119,6 +123,9 @@ def build_listener_security(config: BrokerConfig, listener: Listener,
     name, protocol = listener.name, listener.security_protocol
     tls = mapper = sasl = None
     if protocol in SSL_PROTOCOLS:
+        from odradek.security.ssl_factory import SslConfigError
+        from odradek.server.listener_tls import ReloadableSslContext
+
         values = listener_ssl_values(config, listener)
         try:
             tls = ReloadableSslContext(
@@ -163,6 +170,8 @@ def _sasl_settings(config: BrokerConfig, listener: str,
             f"listener {listener}: SASL mechanism {', '.join(unsupported)} is not supported"
             f"{hint}: set sasl.enabled.mechanisms to some of "
             f"{', '.join(ENABLED_MECHANISMS_SUPPORTED)}", key="sasl.enabled.mechanisms")
+    from odradek.security.jaas import parse_jaas_config
+
     jaas: dict[str, dict[str, str]] = {}
     configs: dict[str, dict[str, str | None]] = {}
     for mechanism in mechanisms:
