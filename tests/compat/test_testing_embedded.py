@@ -5,13 +5,14 @@ group's session timeout without sleeping), and the errors a test gets for bad in
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import threading
 import time
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaException, Producer
 
 from odradek.testing import BrokerError, EmbeddedBroker
 
@@ -62,6 +63,36 @@ def test_the_data_dir_is_removed_unless_it_was_given(tmp_path: Any) -> None:
     assert (tmp_path / "kept" / "t-0").is_dir()
     with EmbeddedBroker(data_dir=tmp_path / "kept") as broker:  # its data again
         assert [r.text for r in broker.consume("t")] == ["v"]
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_a_call_that_holds_the_gil_stops_a_thread_broker_not_a_process_one(mode: str) -> None:
+    """C code that does not release the GIL (here libc's usleep through ctypes.PyDLL) stops
+    every Python thread of the test's process, a broker's too; a broker in a child process
+    goes on serving librdkafka's own threads meanwhile. LogAppendTime says when each
+    record was appended."""
+    hold_s = 1.5
+    with EmbeddedBroker(mode=mode) as broker:
+        broker.create_topic("held", config={"message.timestamp.type": "LogAppendTime"})
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all",
+                             "linger.ms": 0})
+        producer.produce("held", b"warm")
+        assert producer.flush(10) == 0  # the connection is up before the GIL is held
+        appended: list[float] = []
+        began = time.time()
+        for _ in range(10):
+            producer.produce("held", b"x", on_delivery=lambda err, msg: appended.append(
+                msg.timestamp()[1] / 1000 if err is None else -1.0))
+        holding = time.time()
+        ctypes.PyDLL(None).usleep(int(hold_s * 1_000_000))  # the GIL stays held
+        # Not time.time() now: a broker thread takes the GIL before this one gets it back.
+        ended = holding + hold_s
+        assert producer.flush(10) == 0
+    assert len(appended) == 10 and min(appended) > 0
+    if mode == "process":
+        assert all(began <= t < ended for t in appended), (began, appended, ended)
+    else:  # nothing appended while the GIL was held (0.1 s for a switch before it was)
+        assert not [t for t in appended if holding + 0.1 <= t < ended], (holding, appended)
 
 
 def test_retention_with_the_test_clock() -> None:
