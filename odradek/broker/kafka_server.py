@@ -454,14 +454,14 @@ class KafkaServer:
         notifications); its store is /kafka-acl on ZooKeeper, acls.json on one node."""
         if not config.get("authorizer.class.name"):
             return ALLOW_ALL
+        from odradek.broker.inter_broker_security import inter_broker_security
+        from odradek.security.acl_store import EmbeddedAclStore, ZkAclStore
         from odradek.security.authorizer import AclAuthorizer, parse_super_users
 
         super_users = parse_super_users(config.get("super.users") or "")
         # Brokers send each other LeaderAndIsr, Fetch, AddPartitionsToTxn... which need
         # CLUSTER_ACTION: the principal they connect as must be a super user, as in Kafka.
         # So do the web console's requests (odradek/console), on a single node too.
-        from odradek.broker.inter_broker_security import inter_broker_security
-
         console = bool(config.http_listeners) and config.get("http.console.enabled")
         security = (self.inter_broker_security if zk_store is not None
                     else inter_broker_security(config) if console else None)
@@ -480,8 +480,6 @@ class KafkaServer:
         authorizer = AclAuthorizer(
             super_users=super_users,
             allow_everyone_if_no_acl_found=config.get("allow.everyone.if.no.acl.found"))
-        from odradek.security.acl_store import EmbeddedAclStore, ZkAclStore
-
         store: AclStore = (ZkAclStore(zk_store.client) if zk_store is not None
                            else EmbeddedAclStore(config.log_dirs[0] / ACL_FILE))
         await asyncio.to_thread(store.start, authorizer.apply)

@@ -97,29 +97,30 @@ class BrokerMetrics:
     def exposition(self, accept_header: str | None = None) -> tuple[bytes, str]:
         """The metrics as /metrics answers them: (body, content type), in the Prometheus
         text format or, when the scraper's Accept header asks for it, OpenMetrics."""
-        from prometheus_client.exposition import choose_encoder
-
         from odradek.metrics.render import render
 
-        _, content_type = choose_encoder(accept_header or "")
-        # prometheus_client chooses the format; render.py writes it, several times faster.
-        return (render(self.registry.collect(),
-                       openmetrics=content_type.startswith("application/openmetrics-text")),
-                content_type)
+        content_type, openmetrics = _negotiate(accept_header)
+        return render(self.registry.collect(), openmetrics), content_type
 
     async def exposition_async(self, accept_header: str | None = None) -> tuple[bytes, str]:
         """exposition(), for a caller on the broker's event loop: the state is read on
         the loop (it owns it) in slices between which the loop serves other work, and a
         large scrape's text is written in a worker thread (the collected families are
         plain data, the loop's no more), so the loop is never held for the whole of it."""
-        from prometheus_client.exposition import choose_encoder
-
         from odradek.metrics.render import render
 
-        _, content_type = choose_encoder(accept_header or "")
-        openmetrics = content_type.startswith("application/openmetrics-text")
+        content_type, openmetrics = _negotiate(accept_header)
         families = [family for collector in self.collectors
                     for family in await collector.collect_async()]
         if sum(len(f.samples) for f in families) < RENDER_INLINE_SAMPLES:
             return render(families, openmetrics), content_type
         return await asyncio.to_thread(render, families, openmetrics), content_type
+
+
+def _negotiate(accept_header: str | None) -> tuple[str, bool]:
+    """The content type a scraper's Accept header gets, and whether it is OpenMetrics:
+    prometheus_client chooses the format; render.py writes it, several times faster."""
+    from prometheus_client.exposition import choose_encoder
+
+    _, content_type = choose_encoder(accept_header or "")
+    return content_type, content_type.startswith("application/openmetrics-text")
