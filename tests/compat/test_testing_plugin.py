@@ -112,6 +112,28 @@ def test_a_failing_test_shows_the_brokers_log(pytester: pytest.Pytester) -> None
     assert "the application's bug" in result.stdout.str()
 
 
+def test_the_broker_is_not_assertion_rewritten(pytester: pytest.Pytester) -> None:
+    """Installed from a wheel, pytest marks the whole odradek package for assertion
+    rewriting (every module of a pytest11 plugin's distribution); `-p mark_odradek` marks
+    it the same way here, before the entry points load. The plugin keeps only itself
+    marked: the broker's modules load from their own bytecode."""
+    pytester.makepyfile(mark_odradek="""
+        import pytest
+        pytest.register_assert_rewrite("odradek")
+    """, test_loaders="""
+        import sys
+
+        def test_loaders(odradek_broker):
+            broker = sys.modules["odradek.broker.kafka_server"]
+            plugin = sys.modules["odradek.testing.pytest_plugin"]
+            assert type(broker.__loader__).__name__ == "SourceFileLoader"
+            assert type(plugin.__loader__).__name__ == "AssertionRewritingHook"
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-p",
+                                           "mark_odradek")
+    result.assert_outcomes(passed=1)
+
+
 @pytest.mark.parametrize("mode", ["thread", "process"])
 def test_restart_and_kill_keep_what_was_acknowledged(pytester: pytest.Pytester,
                                                       mode: str) -> None:
