@@ -1,6 +1,6 @@
 """The base of every generated message class: version dispatch and error translation.
 
-Generated classes (odradek/protocol/messages/) are slotted dataclasses holding the fields;
+Generated classes (odradek/protocol/messages/) are slotted classes holding the fields;
 their module-level functions do the straight-line encoding and decoding of each version.
 This class maps a version to those functions and turns the low-level failures of malformed
 input into the codec's own DecodeError and EncodeError.

@@ -506,9 +506,7 @@ class MessageEmitter:
             self.imports.add("read_unknown_tagged_fields")
             return ["unknown, pos = read_unknown_tagged_fields(buf, pos)"]
         self.imports |= {"read_uvarint", "read_tag_header", "check_tag_end"}
-        lines = [f"{_local(f)} = {self._default(f).replace('field(default_factory=list)', '[]')}"
-                 for f in fields]
-        lines = [_instantiate_default(line) for line in lines]
+        lines = [f"{_local(f)} = {self._default(f)}" for f in fields]
         lines += ["unknown = None",
                   "tagged_count, pos = read_uvarint(buf, pos)",
                   "for _ in range(tagged_count):",
@@ -553,15 +551,6 @@ def _dependencies_first(top: StructSpec) -> list[StructSpec]:
 
     visit(top)
     return order
-
-
-def _instantiate_default(line: str) -> str:
-    """`x = field(default_factory=T)` -> `x = T()` for locals."""
-    prefix = "field(default_factory="
-    if prefix in line:
-        head, _, rest = line.partition(prefix)
-        return f"{head}{rest[:-1]}()"
-    return line
 
 
 _FORMAT_NAMES = {"?": "BOOL", "b": "I8", "h": "I16", "H": "U16", "i": "I32", "I": "U32",
